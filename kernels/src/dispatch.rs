@@ -1,0 +1,149 @@
+//! Runtime dispatch: one table of entry points per ISA, chosen once and cached.
+//!
+//! Each table's entries are thin `#[target_feature]` functions that instantiate the generic
+//! bodies with the ISA's token, so everything below them is compiled for that ISA. A
+//! [`Kernels`] value holds a table only after its ISA was checked, which is what makes the
+//! calls through it sound.
+
+use std::sync::OnceLock;
+
+use crate::softmax::SoftmaxCall;
+use crate::{Error, Isa};
+
+/// The entry points of one ISA. Every function requires its ISA to be supported.
+pub(crate) struct Table {
+    pub isa: Isa,
+    pub exp: unsafe fn(*const f32, *mut f32, usize),
+    pub softmax: unsafe fn(&SoftmaxCall),
+}
+
+/// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
+macro_rules! isa_table {
+    ($name:ident, $isa:expr, $token:ty $(, features = $features:literal)?) => {
+        pub(crate) mod $name {
+            use super::*;
+            use crate::simd::Token;
+
+            type S = $token;
+
+            /// # Safety
+            /// The CPU supports the ISA of `S`, and the callers' pointer contracts hold.
+            #[inline(always)]
+            unsafe fn token() -> S {
+                // SAFETY: forwarded from the entry points' callers.
+                unsafe { S::new_unchecked() }
+            }
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn exp(src: *const f32, dst: *mut f32, n: usize) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
+                unsafe { crate::math::exp::exp_row(token(), src, dst, n) }
+            }
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn softmax(call: &SoftmaxCall) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
+                unsafe { crate::softmax::softmax_rows(token(), call) }
+            }
+
+            pub(crate) static TABLE: Table = Table { isa: $isa, exp, softmax };
+        }
+    };
+}
+
+isa_table!(scalar, Isa::Scalar, crate::simd::scalar::Scalar);
+#[cfg(target_arch = "x86_64")]
+isa_table!(avx2, Isa::Avx2, crate::simd::avx2::Avx2, features = "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+isa_table!(
+    avx512,
+    Isa::Avx512,
+    crate::simd::avx512::Avx512,
+    features = "avx512f,avx512bw,avx512dq,avx512vl,fma"
+);
+#[cfg(target_arch = "aarch64")]
+isa_table!(neon, Isa::Neon, crate::simd::neon::Neon, features = "neon");
+
+/// The table of `isa`, if this build has one.
+fn table_of(isa: Isa) -> Option<&'static Table> {
+    match isa {
+        Isa::Scalar => Some(&scalar::TABLE),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(&avx2::TABLE),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(&avx512::TABLE),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => Some(&neon::TABLE),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+/// A handle on the kernels of one ISA.
+///
+/// Obtaining one checks that the CPU supports the ISA; after that, every call is one indirect
+/// call into code compiled for it. `Kernels` is `Copy`, `Send` and `Sync`: keep one, or call
+/// the free functions of the crate, which use [`Kernels::detected`].
+///
+/// ```
+/// use kernels::{Isa, Kernels, SoftmaxOptions};
+///
+/// // Run the portable path explicitly, e.g. to reproduce a result bit for bit.
+/// let k = Kernels::for_isa(Isa::Scalar)?;
+/// let mut y = [0.0; 4];
+/// k.softmax(&[1.0, 2.0, 3.0, 4.0], &mut y, 4, &SoftmaxOptions::default())?;
+/// assert!((y.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    table: &'static Table,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels").field("isa", &self.isa()).finish()
+    }
+}
+
+impl Kernels {
+    /// The kernels of `isa`, or [`Error::IsaUnavailable`] naming the missing CPU features.
+    pub fn for_isa(isa: Isa) -> Result<Kernels, Error> {
+        isa.check()?;
+        let table = table_of(isa).ok_or_else(|| Error::IsaUnavailable {
+            isa,
+            reason: format!("this build for {} has no {isa} path", std::env::consts::ARCH),
+        })?;
+        Ok(Kernels { table })
+    }
+
+    /// The kernels of the most capable ISA of this CPU, ignoring `KERNELS_ISA`.
+    pub fn best() -> Kernels {
+        Kernels::for_isa(crate::best_isa()).expect("the best ISA is available by construction")
+    }
+
+    /// The kernels the free functions use: the ISA named by the `KERNELS_ISA` environment
+    /// variable if it is set (an error if it names an unknown ISA or one this CPU lacks),
+    /// else [`Kernels::best`]. Decided on the first call and cached for the process.
+    pub fn detected() -> Result<Kernels, Error> {
+        static DETECTED: OnceLock<Result<Kernels, Error>> = OnceLock::new();
+        DETECTED.get_or_init(Kernels::from_env).clone()
+    }
+
+    /// What [`Kernels::detected`] would choose now, without the cache.
+    pub fn from_env() -> Result<Kernels, Error> {
+        match std::env::var("KERNELS_ISA") {
+            Ok(name) if !name.trim().is_empty() => Kernels::for_isa(name.parse()?),
+            _ => Ok(Kernels::best()),
+        }
+    }
+
+    /// The ISA these kernels run on.
+    pub fn isa(&self) -> Isa {
+        self.table.isa
+    }
+
+    pub(crate) fn table(&self) -> &'static Table {
+        self.table
+    }
+}

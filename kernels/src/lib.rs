@@ -1,0 +1,125 @@
+//! Fused SIMD kernels for transformer layers, chosen at run time for the CPU.
+//!
+//! Every kernel is written once over a thin vector layer and compiled for AVX-512, AVX2+FMA,
+//! NEON and portable scalar code; the best path the CPU supports is picked on first use
+//! (override it with `KERNELS_ISA=scalar|avx2|avx512|neon`, or pick one per call site with
+//! [`Kernels::for_isa`]). The API is safe: slices with explicit shapes, every shape and
+//! parameter checked, an [`Error`] naming the argument otherwise.
+//!
+//! Every kernel is property-tested on every ISA against the f64 oracle of the `reference`
+//! crate, under the error bound its documentation states.
+//!
+//! | kernel | formula | error bound (u = 2⁻²⁴) |
+//! |---|---|---|
+//! | [`exp()`] | `y = eˣ` | ≤ 2 ulp (exhaustively checked over all 2³² inputs) |
+//! | [`softmax()`] | `y_j = exp(z_j − m)/Σ exp(z − m)`, `z = scale·x + mask` | `(24 + \|z_j − m\| + ρ_j)·u` relative, `+ 2⁻¹²⁶` |
+//! | [`log_softmax()`] | `y_j = z_j − m − ln Σ exp(z − m)` | `(24 + \|z_j − m\| + \|ln d\| + \|y_j\| + ρ_j)·u` absolute |
+//!
+//! Rows are row-major with the last axis contiguous. Outputs never alias inputs except in the
+//! `_inplace` variants. All kernels may be called from many threads at once.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod dispatch;
+mod error;
+mod isa;
+mod math;
+mod simd;
+mod softmax;
+
+pub use dispatch::Kernels;
+pub use error::Error;
+pub use isa::{available_isas, best_isa, Isa};
+pub use softmax::{MaskedRows, SoftmaxOptions};
+
+/// Runs `f` with the kernels of [`Kernels::detected`].
+fn with_detected<T>(f: impl FnOnce(Kernels) -> Result<T, Error>) -> Result<T, Error> {
+    f(Kernels::detected()?)
+}
+
+impl Kernels {
+    /// `out[i] = eˣⁱ`. See [`exp()`].
+    pub fn exp(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        if out.len() != x.len() {
+            return Err(Error::shape("out", format!("length {} (as x)", x.len()), out.len()));
+        }
+        // SAFETY: the ISA was checked when `self` was made; both slices hold `x.len()` floats.
+        unsafe { (self.table().exp)(x.as_ptr(), out.as_mut_ptr(), x.len()) };
+        Ok(())
+    }
+
+    /// `x[i] = eˣⁱ`, in place.
+    pub fn exp_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
+        // SAFETY: as `exp`; source and destination are the same slice.
+        unsafe { (self.table().exp)(x.as_ptr(), x.as_mut_ptr(), x.len()) };
+        Ok(())
+    }
+}
+
+/// `out[i] = eˣⁱ` for every element.
+///
+/// Error ≤ 2 ulp against `exp` computed in f64 and rounded to f32, for normal and subnormal
+/// results alike (checked over all 2³² inputs on every ISA). Overflow (`x > 88.72`) gives +∞,
+/// underflow (`x < −103.97`) +0 after gradual underflow; `exp(NaN) = NaN`, `exp(±∞) = +∞, +0`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn exp(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.exp(x, out))
+}
+
+/// [`exp()`] in place.
+pub fn exp_inplace(x: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.exp_inplace(x))
+}
+
+/// Softmax of each row of the row-major `[rows, n]` matrix `x`, into `out`.
+///
+/// `z_j = scale·x_j + mask_j`, `y_j = exp(z_j − m) / Σ_k exp(z_k − m)` with `m = max z`. A −∞
+/// mask entry masks its position whatever `x` holds there; a fully masked row follows
+/// [`SoftmaxOptions::masked_rows`] (0 by default); a NaN or +∞ among the unmasked scores makes
+/// the row NaN. `n = 0` (with empty `x`) is a no-op.
+///
+/// Error bound (u = 2⁻²⁴, hats for the exact values, `ρ_j = |ẑ_j| + |m̂|` if a scale ≠ 1 or a
+/// mask is given, else 0): `|y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + ρ_j)·u·ŷ_j + 2⁻¹²⁶`.
+///
+/// # Errors
+/// [`Error::Shape`] if `x.len()` is not a multiple of `n`, `out.len() ≠ x.len()`, or the mask
+/// length is not `n`; [`Error::Param`] if `scale` is not finite.
+///
+/// ```
+/// let x = [1.0, 2.0, 3.0, 0.0, 0.0, 0.0];
+/// let mut y = [0.0; 6];
+/// kernels::softmax(&x, &mut y, 3, &Default::default())?;
+/// assert!((y[3] - 1.0 / 3.0).abs() < 1e-7);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn softmax(x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.softmax(x, out, n, opts))
+}
+
+/// [`softmax()`] in place.
+pub fn softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.softmax_inplace(x, n, opts))
+}
+
+/// Log-softmax of each row of the row-major `[rows, n]` matrix `x`, into `out`.
+///
+/// `y_j = (z_j − m) − ln Σ_k exp(z_k − m)`, with `z`, the mask and the policies as in
+/// [`softmax()`] (a fully masked row gives −∞ under [`MaskedRows::Zero`]).
+///
+/// Error bound (notation of [`softmax()`], `d̂` the exact sum):
+/// `|y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + |ln d̂| + |ŷ_j| + ρ_j)·u`; infinite and NaN results match
+/// exactly.
+///
+/// # Errors
+/// As [`softmax()`].
+pub fn log_softmax(x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.log_softmax(x, out, n, opts))
+}
+
+/// [`log_softmax()`] in place.
+pub fn log_softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.log_softmax_inplace(x, n, opts))
+}

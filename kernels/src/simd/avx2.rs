@@ -1,0 +1,177 @@
+//! AVX2 + FMA: 8 lanes of f32. Tails use `vmaskmovps`, which never faults on masked lanes.
+
+use std::arch::x86_64::*;
+
+use super::{Simd, Token};
+
+/// Token proving the CPU has AVX2 and FMA.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx2(());
+
+impl Token for Avx2 {
+    unsafe fn new_unchecked() -> Self {
+        Avx2(())
+    }
+}
+
+/// `TAIL[8 - n..][..8]` has its first `n` lanes all-ones: the mask of a partial access.
+static TAIL: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+
+#[inline(always)]
+fn tail_mask(n: usize) -> __m256i {
+    debug_assert!(n <= 8);
+    // SAFETY: `8 - n + 8 <= 16` elements of `TAIL` are read; AVX is implied by the token.
+    unsafe { _mm256_loadu_si256(TAIL.as_ptr().add(8 - n).cast()) }
+}
+
+/// Sum of the 4 lanes of an SSE vector, as a tree.
+#[inline(always)]
+pub(crate) fn reduce_add_128(v: __m128) -> f32 {
+    // SAFETY: SSE is baseline on x86-64.
+    unsafe {
+        let pairs = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps::<0b01>(pairs, pairs)))
+    }
+}
+
+/// Maximum of the 4 lanes of an SSE vector.
+#[inline(always)]
+pub(crate) fn reduce_max_128(v: __m128) -> f32 {
+    // SAFETY: SSE is baseline on x86-64.
+    unsafe {
+        let pairs = _mm_max_ps(v, _mm_movehl_ps(v, v));
+        _mm_cvtss_f32(_mm_max_ss(pairs, _mm_shuffle_ps::<0b01>(pairs, pairs)))
+    }
+}
+
+// SAFETY (for every `unsafe` block below that only touches registers): a value of `Avx2`
+// exists only once the CPU was checked for AVX2 and FMA.
+impl Simd for Avx2 {
+    const LANES: usize = 8;
+    type V = __m256;
+    type M = __m256;
+
+    #[inline(always)]
+    fn splat(self, x: f32) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable floats.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: __m256) {
+        // SAFETY: the caller guarantees 8 writable floats.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial(self, p: *const f32, n: usize, fill: f32) -> __m256 {
+        // SAFETY: masked lanes are neither read nor faulted on; the first `n` are readable.
+        unsafe {
+            let m = tail_mask(n);
+            let v = _mm256_maskload_ps(p, m);
+            _mm256_blendv_ps(_mm256_set1_ps(fill), v, _mm256_castsi256_ps(m))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_partial(self, p: *mut f32, n: usize, v: __m256) {
+        // SAFETY: only the first `n` lanes are written, and they are writable.
+        unsafe { _mm256_maskstore_ps(p, tail_mask(n), v) }
+    }
+    #[inline(always)]
+    fn add(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    fn sub(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    fn mul(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    fn div(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_div_ps(a, b) }
+    }
+    #[inline(always)]
+    fn mul_add(self, a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: see the impl (FMA is part of the token).
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    fn max(self, a: __m256, b: __m256) -> __m256 {
+        // `maxps` returns its second operand when either is NaN: put `a` there.
+        // SAFETY: see the impl.
+        unsafe { _mm256_max_ps(b, a) }
+    }
+    #[inline(always)]
+    fn min(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_min_ps(b, a) }
+    }
+    #[inline(always)]
+    fn round(self, a: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a) }
+    }
+    #[inline(always)]
+    fn pow2i(self, n: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe {
+            let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e))
+        }
+    }
+    #[inline(always)]
+    fn reduce_add(self, a: __m256) -> f32 {
+        // SAFETY: see the impl.
+        unsafe { reduce_add_128(_mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a))) }
+    }
+    #[inline(always)]
+    fn reduce_max(self, a: __m256) -> f32 {
+        // SAFETY: see the impl.
+        unsafe { reduce_max_128(_mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a))) }
+    }
+    #[inline(always)]
+    fn eq(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cmp_ps::<_CMP_EQ_OQ>(a, b) }
+    }
+    #[inline(always)]
+    fn lt(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cmp_ps::<_CMP_LT_OQ>(a, b) }
+    }
+    #[inline(always)]
+    fn is_nan(self, a: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a) }
+    }
+    #[inline(always)]
+    fn or(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_or_ps(a, b) }
+    }
+    #[inline(always)]
+    fn select(self, m: __m256, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_blendv_ps(b, a, m) }
+    }
+    #[inline(always)]
+    fn any(self, m: __m256) -> bool {
+        // SAFETY: see the impl.
+        unsafe { _mm256_movemask_ps(m) != 0 }
+    }
+    #[inline(always)]
+    fn first_lanes(self, n: usize) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_castsi256_ps(tail_mask(n)) }
+    }
+}

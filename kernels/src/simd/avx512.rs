@@ -1,0 +1,159 @@
+//! AVX-512 (f, bw, dq, vl) + FMA: 16 lanes of f32. Tails use mask registers; `ldexp` is
+//! one `vscalefps`, which rounds once even into the subnormals.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{reduce_add_128, reduce_max_128};
+use super::{Simd, Token};
+
+/// Token proving the CPU has AVX-512 f, bw, dq, vl and FMA.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512(());
+
+impl Token for Avx512 {
+    unsafe fn new_unchecked() -> Self {
+        Avx512(())
+    }
+}
+
+#[inline(always)]
+fn tail_mask(n: usize) -> __mmask16 {
+    debug_assert!(n <= 16);
+    ((1u32 << n) - 1) as __mmask16
+}
+
+// SAFETY (for every `unsafe` block below that only touches registers): a value of `Avx512`
+// exists only once the CPU was checked for AVX-512 f, bw, dq, vl and FMA.
+impl Simd for Avx512 {
+    const LANES: usize = 16;
+    type V = __m512;
+    type M = __mmask16;
+
+    #[inline(always)]
+    fn splat(self, x: f32) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable floats.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: __m512) {
+        // SAFETY: the caller guarantees 16 writable floats.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial(self, p: *const f32, n: usize, fill: f32) -> __m512 {
+        // SAFETY: masked-off lanes are neither read nor faulted on.
+        unsafe { _mm512_mask_loadu_ps(_mm512_set1_ps(fill), tail_mask(n), p) }
+    }
+    #[inline(always)]
+    unsafe fn store_partial(self, p: *mut f32, n: usize, v: __m512) {
+        // SAFETY: only the first `n` lanes are written, and they are writable.
+        unsafe { _mm512_mask_storeu_ps(p, tail_mask(n), v) }
+    }
+    #[inline(always)]
+    fn add(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    fn sub(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    fn mul(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    fn div(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_div_ps(a, b) }
+    }
+    #[inline(always)]
+    fn mul_add(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    fn max(self, a: __m512, b: __m512) -> __m512 {
+        // `vmaxps` returns its second operand when either is NaN: put `a` there.
+        // SAFETY: see the impl.
+        unsafe { _mm512_max_ps(b, a) }
+    }
+    #[inline(always)]
+    fn min(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_min_ps(b, a) }
+    }
+    #[inline(always)]
+    fn round(self, a: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a) }
+    }
+    #[inline(always)]
+    fn pow2i(self, n: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe {
+            let e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e))
+        }
+    }
+    #[inline(always)]
+    fn ldexp(self, a: __m512, n: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_scalef_ps(a, n) }
+    }
+    #[inline(always)]
+    fn reduce_add(self, a: __m512) -> f32 {
+        // SAFETY: see the impl.
+        unsafe {
+            let h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps::<1>(a));
+            reduce_add_128(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h)))
+        }
+    }
+    #[inline(always)]
+    fn reduce_max(self, a: __m512) -> f32 {
+        // SAFETY: see the impl.
+        unsafe {
+            let h = _mm256_max_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps::<1>(a));
+            reduce_max_128(_mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h)))
+        }
+    }
+    #[inline(always)]
+    fn eq(self, a: __m512, b: __m512) -> __mmask16 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, b) }
+    }
+    #[inline(always)]
+    fn lt(self, a: __m512, b: __m512) -> __mmask16 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b) }
+    }
+    #[inline(always)]
+    fn is_nan(self, a: __m512) -> __mmask16 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a) }
+    }
+    #[inline(always)]
+    fn or(self, a: __mmask16, b: __mmask16) -> __mmask16 {
+        a | b
+    }
+    #[inline(always)]
+    fn select(self, m: __mmask16, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_mask_blend_ps(m, b, a) }
+    }
+    #[inline(always)]
+    fn any(self, m: __mmask16) -> bool {
+        m != 0
+    }
+    #[inline(always)]
+    fn first_lanes(self, n: usize) -> __mmask16 {
+        tail_mask(n)
+    }
+}

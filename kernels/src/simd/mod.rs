@@ -1,0 +1,107 @@
+//! The thin vector layer: one trait, one zero-sized token type per ISA.
+//!
+//! The trait holds primitives only (load, store, arithmetic, compare, reduce); every
+//! algorithm is written once, generic over it, in `math/`, `softmax/`, … Having a token
+//! value proves the CPU has the ISA's features (the idea of pulp's tokens), which is what
+//! makes the register-only methods safe to call. Memory methods stay `unsafe`: they take
+//! raw pointers, and the caller proves the lanes they touch are in bounds.
+//!
+//! The methods are `#[inline(always)]` and carry no `#[target_feature]`: they are inlined
+//! into the per-ISA entry points of `dispatch.rs`, which do carry it, so the whole kernel
+//! is compiled for that ISA.
+
+pub(crate) mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+
+/// A vector of `LANES` f32 lanes and the primitives every kernel is built from.
+///
+/// NaN convention of `max`/`min`: if `a` is NaN the result is NaN; if only `b` is NaN the
+/// result is unspecified (x86 returns `a`, NEON NaN). Algorithms that must propagate NaN
+/// say how they do it.
+pub(crate) trait Simd: Copy + Send + Sync + 'static {
+    /// Number of f32 lanes.
+    const LANES: usize;
+    /// The f32 vector.
+    type V: Copy;
+    /// A per-lane boolean.
+    type M: Copy;
+
+    fn splat(self, x: f32) -> Self::V;
+
+    /// Loads `LANES` floats.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load(self, p: *const f32) -> Self::V;
+
+    /// Stores `LANES` floats.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be writable.
+    unsafe fn store(self, p: *mut f32, v: Self::V);
+
+    /// Loads the first `n < LANES` floats, filling the other lanes with `fill`. Never touches
+    /// memory past `p + n`.
+    ///
+    /// # Safety
+    /// `p..p + n` must be readable.
+    unsafe fn load_partial(self, p: *const f32, n: usize, fill: f32) -> Self::V;
+
+    /// Stores the first `n < LANES` lanes. Never touches memory past `p + n`.
+    ///
+    /// # Safety
+    /// `p..p + n` must be writable.
+    unsafe fn store_partial(self, p: *mut f32, n: usize, v: Self::V);
+
+    fn add(self, a: Self::V, b: Self::V) -> Self::V;
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V;
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a·b + c` with a single rounding.
+    fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    fn min(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Rounds to the nearest integer, ties to even.
+    fn round(self, a: Self::V) -> Self::V;
+    /// `2ⁿ` for lanes holding an integral `n ∈ [−127, 127]`; `n = −127` gives `+0` (the
+    /// flush that `exp` of large negative arguments relies on).
+    fn pow2i(self, n: Self::V) -> Self::V;
+
+    /// `a·2ⁿ` for integral `n ∈ [−252, 254]`, overflowing to ±∞ and underflowing gradually
+    /// through the subnormals, with at most two roundings (one where the ISA has `scalef`).
+    #[inline(always)]
+    fn ldexp(self, a: Self::V, n: Self::V) -> Self::V {
+        let half = self.round(self.mul(n, self.splat(0.5)));
+        let rest = self.sub(n, half);
+        self.mul(self.mul(a, self.pow2i(half)), self.pow2i(rest))
+    }
+
+    /// Sum of the lanes (a balanced tree, so the rounding error grows with log₂ LANES).
+    fn reduce_add(self, a: Self::V) -> f32;
+    /// Maximum of the lanes (NaN lanes may be dropped).
+    fn reduce_max(self, a: Self::V) -> f32;
+
+    fn eq(self, a: Self::V, b: Self::V) -> Self::M;
+    fn lt(self, a: Self::V, b: Self::V) -> Self::M;
+    /// Lanes where `a` is NaN.
+    fn is_nan(self, a: Self::V) -> Self::M;
+    fn or(self, a: Self::M, b: Self::M) -> Self::M;
+    /// `a` where `m` is set, else `b`.
+    fn select(self, m: Self::M, a: Self::V, b: Self::V) -> Self::V;
+    fn any(self, m: Self::M) -> bool;
+    /// The lanes with index `< n` (for `n ≤ LANES`).
+    fn first_lanes(self, n: usize) -> Self::M;
+}
+
+/// The token of one ISA: a value of this type exists only where the CPU has the ISA.
+pub(crate) trait Token: Simd {
+    /// # Safety
+    /// The CPU must support the ISA (see [`crate::Isa::check`]).
+    unsafe fn new_unchecked() -> Self;
+}

@@ -1,0 +1,162 @@
+//! aarch64 Advanced SIMD: 4 lanes of f32. NEON has no masked loads, so tails go through a
+//! padded stack buffer of one vector.
+
+use std::arch::aarch64::*;
+
+use super::{Simd, Token};
+
+/// Token of the NEON path; NEON is baseline on aarch64.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Neon(());
+
+impl Token for Neon {
+    unsafe fn new_unchecked() -> Self {
+        Neon(())
+    }
+}
+
+// SAFETY (for every `unsafe` block below that only touches registers): NEON is part of
+// the aarch64 baseline, so the intrinsics are always executable.
+impl Simd for Neon {
+    const LANES: usize = 4;
+    type V = float32x4_t;
+    type M = uint32x4_t;
+
+    #[inline(always)]
+    fn splat(self, x: f32) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vdupq_n_f32(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> float32x4_t {
+        // SAFETY: the caller guarantees 4 readable floats.
+        unsafe { vld1q_f32(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: float32x4_t) {
+        // SAFETY: the caller guarantees 4 writable floats.
+        unsafe { vst1q_f32(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial(self, p: *const f32, n: usize, fill: f32) -> float32x4_t {
+        debug_assert!(n < 4);
+        let mut buf = [fill; 4];
+        // SAFETY: `n` floats are readable at `p`; `buf` holds 4.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), n);
+            vld1q_f32(buf.as_ptr())
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_partial(self, p: *mut f32, n: usize, v: float32x4_t) {
+        debug_assert!(n < 4);
+        let mut buf = [0.0f32; 4];
+        // SAFETY: `buf` holds 4 floats; `n` floats are writable at `p`.
+        unsafe {
+            vst1q_f32(buf.as_mut_ptr(), v);
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), p, n);
+        }
+    }
+    #[inline(always)]
+    fn add(self, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vaddq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn sub(self, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vsubq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn mul(self, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vmulq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn div(self, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vdivq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn mul_add(self, a: float32x4_t, b: float32x4_t, c: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vfmaq_f32(c, a, b) }
+    }
+    #[inline(always)]
+    fn max(self, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // `fmax` returns NaN if either operand is NaN.
+        // SAFETY: see the impl.
+        unsafe { vmaxq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn min(self, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vminq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn round(self, a: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vrndnq_f32(a) }
+    }
+    #[inline(always)]
+    fn pow2i(self, n: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe {
+            let e = vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127));
+            vreinterpretq_f32_s32(vshlq_n_s32::<23>(e))
+        }
+    }
+    #[inline(always)]
+    fn reduce_add(self, a: float32x4_t) -> f32 {
+        // Pairwise, to keep the tree shape of the x86 reductions.
+        // SAFETY: see the impl.
+        unsafe {
+            let pairs = vpaddq_f32(a, a);
+            vgetq_lane_f32::<0>(vpaddq_f32(pairs, pairs))
+        }
+    }
+    #[inline(always)]
+    fn reduce_max(self, a: float32x4_t) -> f32 {
+        // SAFETY: see the impl.
+        unsafe { vmaxvq_f32(a) }
+    }
+    #[inline(always)]
+    fn eq(self, a: float32x4_t, b: float32x4_t) -> uint32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vceqq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn lt(self, a: float32x4_t, b: float32x4_t) -> uint32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vcltq_f32(a, b) }
+    }
+    #[inline(always)]
+    fn is_nan(self, a: float32x4_t) -> uint32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vmvnq_u32(vceqq_f32(a, a)) }
+    }
+    #[inline(always)]
+    fn or(self, a: uint32x4_t, b: uint32x4_t) -> uint32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vorrq_u32(a, b) }
+    }
+    #[inline(always)]
+    fn select(self, m: uint32x4_t, a: float32x4_t, b: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vbslq_f32(m, a, b) }
+    }
+    #[inline(always)]
+    fn any(self, m: uint32x4_t) -> bool {
+        // SAFETY: see the impl.
+        unsafe { vmaxvq_u32(m) != 0 }
+    }
+    #[inline(always)]
+    fn first_lanes(self, n: usize) -> uint32x4_t {
+        debug_assert!(n <= 4);
+        // SAFETY: see the impl.
+        unsafe {
+            let idx = vld1q_u32([0u32, 1, 2, 3].as_ptr());
+            vcltq_u32(idx, vdupq_n_u32(n as u32))
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The portable path: a "vector" of one f32. The generic bodies unroll across several
+//! accumulators, so this still keeps a superscalar core busy, and it is the baseline every
+//! report ratio is taken against.
+
+use super::{Simd, Token};
+
+/// Token of the portable path; always constructible.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Scalar;
+
+impl Token for Scalar {
+    unsafe fn new_unchecked() -> Self {
+        Scalar
+    }
+}
+
+impl Simd for Scalar {
+    const LANES: usize = 1;
+    type V = f32;
+    type M = bool;
+
+    #[inline(always)]
+    fn splat(self, x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> f32 {
+        // SAFETY: the caller guarantees `p` is readable.
+        unsafe { p.read_unaligned() }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: f32) {
+        // SAFETY: the caller guarantees `p` is writable.
+        unsafe { p.write_unaligned(v) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial(self, _p: *const f32, n: usize, fill: f32) -> f32 {
+        debug_assert_eq!(n, 0);
+        fill
+    }
+    #[inline(always)]
+    unsafe fn store_partial(self, _p: *mut f32, n: usize, _v: f32) {
+        debug_assert_eq!(n, 0);
+    }
+    #[inline(always)]
+    fn add(self, a: f32, b: f32) -> f32 {
+        a + b
+    }
+    #[inline(always)]
+    fn sub(self, a: f32, b: f32) -> f32 {
+        a - b
+    }
+    #[inline(always)]
+    fn mul(self, a: f32, b: f32) -> f32 {
+        a * b
+    }
+    #[inline(always)]
+    fn div(self, a: f32, b: f32) -> f32 {
+        a / b
+    }
+    #[inline(always)]
+    fn mul_add(self, a: f32, b: f32, c: f32) -> f32 {
+        // A true fused multiply-add keeps the scalar path's error the same as the SIMD ones;
+        // on x86-64 without FMA this is a libm call, slow but exact.
+        a.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn max(self, a: f32, b: f32) -> f32 {
+        // Same NaN behaviour as `maxps b, a`: a NaN `a` survives.
+        if b > a {
+            b
+        } else {
+            a
+        }
+    }
+    #[inline(always)]
+    fn min(self, a: f32, b: f32) -> f32 {
+        if b < a {
+            b
+        } else {
+            a
+        }
+    }
+    #[inline(always)]
+    fn round(self, a: f32) -> f32 {
+        a.round_ties_even()
+    }
+    #[inline(always)]
+    fn pow2i(self, n: f32) -> f32 {
+        f32::from_bits((((n as i32) + 127) as u32) << 23)
+    }
+    #[inline(always)]
+    fn reduce_add(self, a: f32) -> f32 {
+        a
+    }
+    #[inline(always)]
+    fn reduce_max(self, a: f32) -> f32 {
+        a
+    }
+    #[inline(always)]
+    fn eq(self, a: f32, b: f32) -> bool {
+        a == b
+    }
+    #[inline(always)]
+    fn lt(self, a: f32, b: f32) -> bool {
+        a < b
+    }
+    #[inline(always)]
+    fn is_nan(self, a: f32) -> bool {
+        a.is_nan()
+    }
+    #[inline(always)]
+    fn or(self, a: bool, b: bool) -> bool {
+        a | b
+    }
+    #[inline(always)]
+    fn select(self, m: bool, a: f32, b: f32) -> f32 {
+        if m {
+            a
+        } else {
+            b
+        }
+    }
+    #[inline(always)]
+    fn any(self, m: bool) -> bool {
+        m
+    }
+    #[inline(always)]
+    fn first_lanes(self, n: usize) -> bool {
+        n > 0
+    }
+}

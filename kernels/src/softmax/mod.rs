@@ -1,0 +1,427 @@
+//! Softmax and log-softmax over the rows of a row-major `[rows, n]` matrix.
+//!
+//! # Semantics
+//!
+//! For each row `x` (and the optional additive `mask`, one row of length `n` broadcast over
+//! all rows):
+//!
+//! ```text
+//! z_j = scale·x_j + mask_j      (z_j = −∞ wherever mask_j = −∞, whatever x_j is)
+//! m   = max_j z_j
+//! d   = Σ_j exp(z_j − m)
+//! softmax_j     = exp(z_j − m) / d
+//! log_softmax_j = (z_j − m) − ln d
+//! ```
+//!
+//! - A fully masked row (every `z_j = −∞`) follows [`MaskedRows`]: by default softmax gives 0
+//!   and log-softmax −∞ for the whole row; `MaskedRows::Nan` gives NaN.
+//! - A NaN or +∞ in any unmasked `z_j` makes the whole row NaN.
+//! - `n = 0` is a no-op.
+//!
+//! # Error bound
+//!
+//! With `u = 2⁻²⁴`, `ẑ, m̂, d̂, ŷ` the exact (f64 oracle) values, and `ρ_j = |ẑ_j| + |m̂|` when
+//! `z` is rounded (a scale ≠ 1 or a mask is given), else `ρ_j = 0`:
+//!
+//! ```text
+//! softmax:      |y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + ρ_j)·u·ŷ_j + 2⁻¹²⁶
+//! log-softmax:  |y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + |ln d̂| + |ŷ_j| + ρ_j)·u
+//! ```
+//!
+//! The terms: `z − m` is rounded once (`|ẑ − m̂|·u`, carried into `exp` as a relative error);
+//! `exp` is within 2 ulp (≤ 4u relative); the sum is taken in chunks of at most 8 terms per
+//! lane and accumulator, reduced as a tree (≤ 13u relative) and the chunk sums added in f64;
+//! `1/d` and the product round once each. Results below 2⁻¹²⁶ may be flushed to zero (the
+//! absolute term). Non-finite results (−∞ of masked entries in log-softmax, NaN rows) match
+//! the oracle exactly.
+//!
+//! # Algorithm
+//!
+//! Three sweeps over a row, which stays in L1 or L2 between them: the max; `exp(z − m)`
+//! stored (softmax only) and summed; the scaling by `1/d` (softmax) or the subtraction of
+//! `m + ln d` (log-softmax, recomputing `z` rather than storing it). Only the first read of
+//! `x` and the last write of `y` reach memory for rows that fit in cache.
+//!
+//! NaN propagation does not rely on the max: x86's `maxps` drops a NaN, but a NaN `z_j` still
+//! makes its `exp(z_j − m)` NaN, hence `d` NaN, hence the whole row NaN. The one case the sum
+//! cannot see is a row whose only unmasked entries are NaN (the max is then −∞); the
+//! fully-masked branch checks for it.
+
+use crate::dispatch::Kernels;
+use crate::math::exp::exp_nonpositive;
+use crate::simd::Simd;
+use crate::Error;
+
+/// What a row with every entry masked (−∞) becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaskedRows {
+    /// Softmax gives a row of 0 and log-softmax a row of −∞ (the probabilities of an empty
+    /// set). The default: attention over a fully padded query yields a zero output.
+    #[default]
+    Zero,
+    /// The row becomes NaN, as `exp(−∞ − (−∞))` would make it.
+    Nan,
+}
+
+/// Options of [`softmax`](crate::softmax()) and [`log_softmax`](crate::log_softmax()).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftmaxOptions<'a> {
+    /// Multiplies `x` before the mask is added; must be finite. Default 1.
+    pub scale: f32,
+    /// An additive mask of length `n`, broadcast over the rows; −∞ masks an entry out.
+    pub mask: Option<&'a [f32]>,
+    /// The policy for rows with every entry masked.
+    pub masked_rows: MaskedRows,
+}
+
+impl Default for SoftmaxOptions<'_> {
+    fn default() -> Self {
+        SoftmaxOptions {
+            scale: 1.0,
+            mask: None,
+            masked_rows: MaskedRows::Zero,
+        }
+    }
+}
+
+/// A validated call, in the raw form the per-ISA entry points take.
+#[derive(Clone, Copy)]
+pub(crate) struct SoftmaxCall {
+    pub src: *const f32,
+    pub dst: *mut f32,
+    pub rows: usize,
+    pub n: usize,
+    pub scale: f32,
+    /// Null when there is no mask.
+    pub mask: *const f32,
+    pub masked_rows: MaskedRows,
+    pub log: bool,
+}
+
+/// Checks the arguments shared by every softmax entry point; returns the number of rows.
+fn validate(len: usize, out_len: Option<usize>, n: usize, opts: &SoftmaxOptions) -> Result<usize, Error> {
+    if n == 0 {
+        if len != 0 {
+            return Err(Error::shape("n", format!("a row length dividing x.len() = {len}"), "0"));
+        }
+        return Ok(0);
+    }
+    if len % n != 0 {
+        return Err(Error::shape(
+            "x",
+            format!("a length that is a multiple of n = {n}"),
+            len,
+        ));
+    }
+    if let Some(out_len) = out_len {
+        if out_len != len {
+            return Err(Error::shape("out", format!("length {len} (as x)"), out_len));
+        }
+    }
+    if let Some(mask) = opts.mask {
+        if mask.len() != n {
+            return Err(Error::shape("mask", format!("length {n} (n)"), mask.len()));
+        }
+    }
+    if !opts.scale.is_finite() {
+        return Err(Error::param("scale", "a finite number", opts.scale));
+    }
+    Ok(len / n)
+}
+
+impl Kernels {
+    fn softmax_call(&self, src: *const f32, dst: *mut f32, rows: usize, n: usize, opts: &SoftmaxOptions, log: bool) {
+        let call = SoftmaxCall {
+            src,
+            dst,
+            rows,
+            n,
+            scale: opts.scale,
+            mask: opts.mask.map_or(std::ptr::null(), |m| m.as_ptr()),
+            masked_rows: opts.masked_rows,
+            log,
+        };
+        if rows > 0 {
+            // SAFETY: the table belongs to an ISA this CPU was checked for; the pointers cover
+            // `rows·n` elements (and `n` of mask), as `validate` checked.
+            unsafe { (self.table().softmax)(&call) }
+        }
+    }
+
+    /// Softmax of each row of `x` (`[rows, n]`) into `out`. See [`softmax`](crate::softmax()).
+    pub fn softmax(&self, x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+        let rows = validate(x.len(), Some(out.len()), n, opts)?;
+        self.softmax_call(x.as_ptr(), out.as_mut_ptr(), rows, n, opts, false);
+        Ok(())
+    }
+
+    /// Softmax of each row of `x` (`[rows, n]`), in place.
+    pub fn softmax_inplace(&self, x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+        let rows = validate(x.len(), None, n, opts)?;
+        self.softmax_call(x.as_ptr(), x.as_mut_ptr(), rows, n, opts, false);
+        Ok(())
+    }
+
+    /// Log-softmax of each row of `x` (`[rows, n]`) into `out`. See
+    /// [`log_softmax`](crate::log_softmax()).
+    pub fn log_softmax(&self, x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+        let rows = validate(x.len(), Some(out.len()), n, opts)?;
+        self.softmax_call(x.as_ptr(), out.as_mut_ptr(), rows, n, opts, true);
+        Ok(())
+    }
+
+    /// Log-softmax of each row of `x` (`[rows, n]`), in place.
+    pub fn log_softmax_inplace(&self, x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+        let rows = validate(x.len(), None, n, opts)?;
+        self.softmax_call(x.as_ptr(), x.as_mut_ptr(), rows, n, opts, true);
+        Ok(())
+    }
+}
+
+/// Entry of the generic body: picks the instance for the options, then runs every row.
+///
+/// # Safety
+/// `call` must be validated: `src`/`dst` cover `rows·n` floats (equal if they overlap), `mask`
+/// is null or covers `n`.
+#[inline(always)]
+pub(crate) unsafe fn softmax_rows<S: Simd>(s: S, call: &SoftmaxCall) {
+    let masked = !call.mask.is_null();
+    let scaled = call.scale != 1.0;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (masked, scaled, call.log) {
+            (false, false, false) => rows::<S, false, false, false>(s, call),
+            (false, false, true) => rows::<S, false, false, true>(s, call),
+            (false, true, false) => rows::<S, false, true, false>(s, call),
+            (false, true, true) => rows::<S, false, true, true>(s, call),
+            (true, false, false) => rows::<S, true, false, false>(s, call),
+            (true, false, true) => rows::<S, true, false, true>(s, call),
+            (true, true, false) => rows::<S, true, true, false>(s, call),
+            (true, true, true) => rows::<S, true, true, true>(s, call),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn rows<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(s: S, call: &SoftmaxCall) {
+    let n = call.n;
+    for r in 0..call.rows {
+        // SAFETY: row `r` lies inside the `rows·n` elements the caller vouched for.
+        unsafe {
+            let z = Scores::<S, MASK, SCALE> {
+                x: call.src.add(r * n),
+                mask: call.mask,
+                scale: s.splat(call.scale),
+            };
+            row::<S, MASK, SCALE, LOG>(s, z, call.dst.add(r * n), n, call.masked_rows);
+        }
+    }
+}
+
+/// The scores `z` of one row, computed from `x` (and the mask) on the fly.
+struct Scores<S: Simd, const MASK: bool, const SCALE: bool> {
+    x: *const f32,
+    mask: *const f32,
+    scale: S::V,
+}
+
+impl<S: Simd, const MASK: bool, const SCALE: bool> Scores<S, MASK, SCALE> {
+    #[inline(always)]
+    fn combine(&self, s: S, x: S::V, mask: S::V) -> S::V {
+        let neg_inf = s.splat(f32::NEG_INFINITY);
+        match (MASK, SCALE) {
+            (false, false) => x,
+            (false, true) => s.mul(x, self.scale),
+            (true, scaled) => {
+                let z = if scaled {
+                    s.mul_add(x, self.scale, mask)
+                } else {
+                    s.add(x, mask)
+                };
+                // A −∞ mask wins over a NaN or +∞ score.
+                s.select(s.eq(mask, neg_inf), neg_inf, z)
+            }
+        }
+    }
+
+    /// `z[i..i + LANES]`.
+    ///
+    /// # Safety
+    /// `i + LANES ≤ n`.
+    #[inline(always)]
+    unsafe fn full(&self, s: S, i: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe {
+            let mask = if MASK { s.load(self.mask.add(i)) } else { s.splat(0.0) };
+            self.combine(s, s.load(self.x.add(i)), mask)
+        }
+    }
+
+    /// `z[i..i + len]` for `len < LANES`, −∞ in the other lanes.
+    ///
+    /// # Safety
+    /// `i + len ≤ n`.
+    #[inline(always)]
+    unsafe fn partial(&self, s: S, i: usize, len: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise; partial accesses stop at `len`.
+        unsafe {
+            let mask = if MASK {
+                s.load_partial(self.mask.add(i), len, 0.0)
+            } else {
+                s.splat(0.0)
+            };
+            let z = self.combine(s, s.load_partial(self.x.add(i), len, 0.0), mask);
+            s.select(s.first_lanes(len), z, s.splat(f32::NEG_INFINITY))
+        }
+    }
+}
+
+/// Terms each lane of each accumulator adds before the chunk is reduced: bounds the rounding
+/// error of the sum by `(8 − 1) + 2 + log₂ LANES` roundings, whatever `n` is.
+const CHUNK_STEPS: usize = 8;
+
+/// One row: `y = softmax(z)` or `log_softmax(z)`.
+///
+/// # Safety
+/// `z` covers `n` elements; `y` covers `n` writable elements, equal to `z.x` if they overlap.
+#[inline(always)]
+unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    z: Scores<S, MASK, SCALE>,
+    y: *mut f32,
+    n: usize,
+    policy: MaskedRows,
+) {
+    let lanes = S::LANES;
+    let neg_inf = s.splat(f32::NEG_INFINITY);
+    let main = n - n % (4 * lanes);
+
+    // Sweep 1: m = max z. (The partial and single vectors go to separate accumulators.)
+    let mut acc = [neg_inf; 4];
+    let mut i = 0;
+    // SAFETY (the three sweeps): every `full(i)` has `i + LANES ≤ n`, every `partial(i, len)`
+    // has `i + len = n`, and `y` is written at the same indices.
+    while i < main {
+        for (k, a) in acc.iter_mut().enumerate() {
+            *a = s.max(*a, unsafe { z.full(s, i + k * lanes) });
+        }
+        i += 4 * lanes;
+    }
+    while i + lanes <= n {
+        acc[0] = s.max(acc[0], unsafe { z.full(s, i) });
+        i += lanes;
+    }
+    if i < n {
+        acc[1] = s.max(acc[1], unsafe { z.partial(s, i, n - i) });
+    }
+    let m = s.reduce_max(s.max(s.max(acc[0], acc[1]), s.max(acc[2], acc[3])));
+    if m == f32::NEG_INFINITY {
+        // SAFETY: as the sweeps.
+        unsafe { masked_row(s, &z, y, n, policy, LOG) };
+        return;
+    }
+
+    // Sweep 2: e_j = exp(z_j − m), stored for softmax, summed in bounded chunks.
+    let mv = s.splat(m);
+    let term = |zv: S::V| exp_nonpositive(s, s.sub(zv, mv));
+    let mut total = 0.0f64;
+    let mut acc = [s.splat(0.0); 4];
+    let mut steps = 0;
+    i = 0;
+    while i < main {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let e = term(unsafe { z.full(s, i + k * lanes) });
+            if !LOG {
+                unsafe { s.store(y.add(i + k * lanes), e) };
+            }
+            *a = s.add(*a, e);
+        }
+        i += 4 * lanes;
+        steps += 1;
+        if steps == CHUNK_STEPS {
+            total += reduce_sum(s, &mut acc);
+            steps = 0;
+        }
+    }
+    total += reduce_sum(s, &mut acc);
+    // At most three full vectors and one partial remain: one term per accumulator.
+    let mut k = 0;
+    while i + lanes <= n {
+        let e = term(unsafe { z.full(s, i) });
+        if !LOG {
+            unsafe { s.store(y.add(i), e) };
+        }
+        acc[k] = e;
+        k += 1;
+        i += lanes;
+    }
+    if i < n {
+        let e = term(unsafe { z.partial(s, i, n - i) });
+        if !LOG {
+            unsafe { s.store_partial(y.add(i), n - i, e) };
+        }
+        acc[k] = e;
+    }
+    total += reduce_sum(s, &mut acc);
+
+    // Sweep 3: normalize.
+    if LOG {
+        // (z − m) − ln d, with ln d from the f64 sum, rounded once.
+        let ln_d = s.splat(total.ln() as f32);
+        // SAFETY: as the sweeps; `x` was not written (log-softmax stores nothing in sweep 2).
+        i = 0;
+        while i + lanes <= n {
+            unsafe { s.store(y.add(i), s.sub(s.sub(z.full(s, i), mv), ln_d)) };
+            i += lanes;
+        }
+        if i < n {
+            unsafe { s.store_partial(y.add(i), n - i, s.sub(s.sub(z.partial(s, i, n - i), mv), ln_d)) };
+        }
+    } else {
+        let inv = s.splat((1.0 / total) as f32);
+        // SAFETY: `y` holds the `n` values of sweep 2.
+        unsafe { crate::math::map_row(s, y, y, n, |e| s.mul(e, inv)) };
+    }
+}
+
+/// Adds the accumulators as a balanced tree, zeroes them, and returns the sum in f64.
+#[inline(always)]
+fn reduce_sum<S: Simd>(s: S, acc: &mut [S::V; 4]) -> f64 {
+    let v = s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3]));
+    *acc = [s.splat(0.0); 4];
+    s.reduce_add(v) as f64
+}
+
+/// A row whose max is −∞: every unmasked entry is −∞ or NaN. NaN entries make the row NaN;
+/// otherwise the row is fully masked and the policy decides.
+///
+/// # Safety
+/// As [`row`].
+#[inline(always)]
+unsafe fn masked_row<S: Simd, const MASK: bool, const SCALE: bool>(
+    s: S,
+    z: &Scores<S, MASK, SCALE>,
+    y: *mut f32,
+    n: usize,
+    policy: MaskedRows,
+    log: bool,
+) {
+    let lanes = S::LANES;
+    let mut nan = false;
+    let mut i = 0;
+    // SAFETY: `i + LANES ≤ n` for full loads, `i + len = n` for the partial one.
+    while i + lanes <= n {
+        nan |= s.any(s.is_nan(unsafe { z.full(s, i) }));
+        i += lanes;
+    }
+    if i < n {
+        nan |= s.any(s.is_nan(unsafe { z.partial(s, i, n - i) }));
+    }
+    let fill = match (nan, policy, log) {
+        (true, _, _) | (false, MaskedRows::Nan, _) => f32::NAN,
+        (false, MaskedRows::Zero, false) => 0.0,
+        (false, MaskedRows::Zero, true) => f32::NEG_INFINITY,
+    };
+    // SAFETY: `y` covers `n` writable elements.
+    unsafe { std::slice::from_raw_parts_mut(y, n).fill(fill) };
+}

@@ -1,0 +1,85 @@
+//! Detection, the explicit ISA handle, and the `KERNELS_ISA` override.
+
+mod common;
+
+use kernels::{available_isas, best_isa, Error, Isa, Kernels};
+
+/// Paths that are silently never dispatched hide bugs: every ISA the CPU has (read from
+/// `/proc/cpuinfo`, not from the crate's detection) must be available, hence exercised by the
+/// kernel tests, which loop over `available_isas()`.
+#[test]
+fn every_isa_the_cpu_has_is_available_and_tested() {
+    let tested: Vec<Isa> = common::all_kernels().iter().map(|k| k.isa()).collect();
+    for isa in common::isas_the_cpu_has() {
+        assert!(
+            tested.contains(&isa),
+            "the CPU has {isa} but the tests would not run it (tested: {tested:?})"
+        );
+    }
+    assert_eq!(tested, available_isas());
+    eprintln!("ISAs exercised by the kernel tests: {tested:?}");
+}
+
+#[test]
+fn scalar_is_always_available_and_best_is_the_last() {
+    assert_eq!(available_isas()[0], Isa::Scalar);
+    assert_eq!(best_isa(), *available_isas().last().unwrap());
+    assert_eq!(Kernels::best().isa(), best_isa());
+}
+
+#[test]
+fn isa_names_round_trip() {
+    for isa in Isa::ALL {
+        assert_eq!(isa.name().parse::<Isa>().unwrap(), isa);
+        assert_eq!(format!(" {} ", isa.name().to_uppercase()).parse::<Isa>().unwrap(), isa);
+    }
+    let err = "sse9".parse::<Isa>().unwrap_err();
+    assert_eq!(err, Error::UnknownIsa { name: "sse9".into() });
+    assert!(err.to_string().contains("sse9") && err.to_string().contains("avx512"));
+}
+
+#[test]
+fn unavailable_isa_is_refused_with_the_reason() {
+    let other_arch = if cfg!(target_arch = "aarch64") {
+        Isa::Avx2
+    } else {
+        Isa::Neon
+    };
+    let err = Kernels::for_isa(other_arch).unwrap_err();
+    assert!(matches!(err, Error::IsaUnavailable { isa, .. } if isa == other_arch));
+    assert!(err.to_string().contains(other_arch.name()), "{err}");
+}
+
+/// `KERNELS_ISA` is read by `from_env` (the uncached form of `detected`). Environment changes
+/// are process-wide, so this one test does all of them in sequence.
+#[test]
+fn kernels_isa_override() {
+    std::env::set_var("KERNELS_ISA", "scalar");
+    assert_eq!(Kernels::from_env().unwrap().isa(), Isa::Scalar);
+    std::env::set_var("KERNELS_ISA", "no-such-isa");
+    assert!(matches!(Kernels::from_env(), Err(Error::UnknownIsa { .. })));
+    let other_arch = if cfg!(target_arch = "aarch64") {
+        "avx512"
+    } else {
+        "neon"
+    };
+    std::env::set_var("KERNELS_ISA", other_arch);
+    let err = Kernels::from_env().unwrap_err();
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    std::env::set_var("KERNELS_ISA", "");
+    assert_eq!(Kernels::from_env().unwrap().isa(), best_isa());
+    std::env::remove_var("KERNELS_ISA");
+    assert_eq!(Kernels::from_env().unwrap().isa(), best_isa());
+}
+
+#[test]
+fn detected_is_cached_and_thread_safe() {
+    let first = Kernels::detected().map(|k| k.isa());
+    let seen: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| Kernels::detected().map(|k| k.isa())))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(seen.iter().all(|s| *s == first));
+}

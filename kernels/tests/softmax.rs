@@ -1,0 +1,317 @@
+//! Softmax and log-softmax on every ISA against the f64 oracle, under the documented bound.
+
+mod common;
+
+use common::{all_kernels, misaligned, row_len, value};
+use kernels::{Error, Kernels, MaskedRows, SoftmaxOptions};
+use proptest::prelude::*;
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+const FLT_MIN: f64 = f32::MIN_POSITIVE as f64;
+
+#[derive(Debug, Clone)]
+struct Case {
+    x: Vec<f32>,
+    n: usize,
+    scale: f32,
+    mask: Option<Vec<f32>>,
+    policy: MaskedRows,
+    offset: usize,
+    inplace: bool,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (row_len(), 1usize..4, 0usize..16, any::<bool>(), any::<bool>(), 0u8..4).prop_flat_map(
+        |(n, rows, offset, inplace, nan_policy, kind)| {
+            let range = [4.0f32, 30.0, 100.0, 1.0][kind as usize];
+            let scale = prop_oneof![3 => Just(1.0f32), 1 => -3.0f32..3.0, 1 => Just(0.125f32)];
+            let mask = proptest::option::weighted(
+                0.4,
+                proptest::collection::vec(
+                    prop_oneof![4 => -5.0f32..5.0, 1 => Just(f32::NEG_INFINITY), 1 => Just(-1e4f32)],
+                    n,
+                ),
+            );
+            (proptest::collection::vec(value(range), n * rows), scale, mask).prop_map(move |(x, scale, mask)| Case {
+                x,
+                n,
+                scale,
+                mask,
+                policy: if nan_policy { MaskedRows::Nan } else { MaskedRows::Zero },
+                offset,
+                inplace,
+            })
+        },
+    )
+}
+
+fn ref_policy(p: MaskedRows) -> reference::MaskedRows {
+    match p {
+        MaskedRows::Zero => reference::MaskedRows::Zero,
+        MaskedRows::Nan => reference::MaskedRows::Nan,
+    }
+}
+
+fn run(k: &Kernels, c: &Case, log: bool) -> Vec<f32> {
+    let opts = SoftmaxOptions {
+        scale: c.scale,
+        mask: c.mask.as_deref(),
+        masked_rows: c.policy,
+    };
+    let mut buf = misaligned(&c.x, c.offset);
+    if c.inplace {
+        let x = &mut buf[c.offset..];
+        if log {
+            k.log_softmax_inplace(x, c.n, &opts)
+        } else {
+            k.softmax_inplace(x, c.n, &opts)
+        }
+        .unwrap();
+        buf[c.offset..].to_vec()
+    } else {
+        let mut out = misaligned(&vec![0.0; c.x.len()], (c.offset * 7) % 16);
+        let o = (c.offset * 7) % 16;
+        if log {
+            k.log_softmax(&buf[c.offset..], &mut out[o..], c.n, &opts)
+        } else {
+            k.softmax(&buf[c.offset..], &mut out[o..], c.n, &opts)
+        }
+        .unwrap();
+        assert!(out[..o].iter().all(|v| v.is_nan()), "wrote before the output slice");
+        out[o..].to_vec()
+    }
+}
+
+/// Checks every element of `got` against the oracle under the documented bound.
+fn check(k: &Kernels, c: &Case, log: bool, got: &[f32]) -> Result<(), TestCaseError> {
+    let mask = c.mask.as_deref();
+    let exact = if log {
+        reference::log_softmax(&c.x, c.n, c.scale, mask, ref_policy(c.policy))
+    } else {
+        reference::softmax(&c.x, c.n, c.scale, mask, ref_policy(c.policy))
+    };
+    let rounded_z = c.scale != 1.0 || mask.is_some();
+    for (r, row) in c.x.chunks(c.n.max(1)).enumerate() {
+        let z = reference::scores(row, c.scale, mask);
+        let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let d: f64 = z.iter().map(|&v| (v - m).exp()).sum();
+        for j in 0..c.n {
+            let (y, e) = (got[r * c.n + j] as f64, exact[r * c.n + j]);
+            let ctx = || {
+                format!(
+                    "isa {} log {log} row {r} j {j}: got {y:e}, exact {e:e}, z {:e}, m {m:e}",
+                    k.isa(),
+                    z[j]
+                )
+            };
+            if e.is_nan() || (e as f32).is_infinite() || z[j] == f64::NEG_INFINITY {
+                // Non-finite results (an exact value beyond the f32 range rounds to ±∞), and the
+                // exact 0 (or −∞) of masked entries, match exactly.
+                let e = e as f32 as f64;
+                prop_assert!(y.to_bits() == e.to_bits() || (e.is_nan() && y.is_nan()), "{}", ctx());
+                continue;
+            }
+            let rho = if rounded_z { z[j].abs() + m.abs() } else { 0.0 };
+            let bound = if log {
+                (24.0 + (z[j] - m).abs() + d.ln().abs() + e.abs() + rho) * U
+            } else {
+                (24.0 + (z[j] - m).abs() + rho) * U * e + FLT_MIN
+            };
+            prop_assert!(
+                (y - e).abs() <= bound,
+                "{}: error {:e} > bound {bound:e}",
+                ctx(),
+                (y - e).abs()
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn softmax_matches_oracle_on_every_isa(c in case()) {
+        for k in all_kernels() {
+            let got = run(&k, &c, false);
+            check(&k, &c, false, &got)?;
+        }
+    }
+
+    #[test]
+    fn log_softmax_matches_oracle_on_every_isa(c in case()) {
+        for k in all_kernels() {
+            let got = run(&k, &c, true);
+            check(&k, &c, true, &got)?;
+        }
+    }
+}
+
+/// Hand-picked rows, on every ISA, at a length with full vectors and a tail.
+#[test]
+fn special_rows() {
+    let inf = f32::INFINITY;
+    let n = 37;
+    let mut rows: Vec<(&str, Vec<f32>)> = vec![
+        ("all −∞", vec![-inf; n]),
+        (
+            "one NaN",
+            (0..n).map(|j| if j == 20 { f32::NAN } else { j as f32 }).collect(),
+        ),
+        ("one +∞", (0..n).map(|j| if j == 3 { inf } else { 0.0 }).collect()),
+        ("±1e30", (0..n).map(|j| if j % 2 == 0 { 1e30 } else { -1e30 }).collect()),
+        ("subnormals", (0..n).map(|j| f32::from_bits(j as u32 + 1)).collect()),
+        ("equal", vec![7.5; n]),
+        (
+            "NaN and −∞ only",
+            (0..n).map(|j| if j == 36 { f32::NAN } else { -inf }).collect(),
+        ),
+    ];
+    rows.push((
+        "one finite among −∞",
+        (0..n).map(|j| if j == 36 { -5.0 } else { -inf }).collect(),
+    ));
+    for k in all_kernels() {
+        for (name, x) in &rows {
+            for policy in [MaskedRows::Zero, MaskedRows::Nan] {
+                let c = Case {
+                    x: x.clone(),
+                    n,
+                    scale: 1.0,
+                    mask: None,
+                    policy,
+                    offset: 1,
+                    inplace: false,
+                };
+                for log in [false, true] {
+                    let got = run(&k, &c, log);
+                    check(&k, &c, log, &got).unwrap_or_else(|e| panic!("{name}: {e}"));
+                }
+            }
+        }
+        // Spot values the bound alone would not pin down.
+        let got = run(
+            &k,
+            &Case {
+                x: rows[0].1.clone(),
+                n,
+                scale: 1.0,
+                mask: None,
+                policy: MaskedRows::Zero,
+                offset: 0,
+                inplace: false,
+            },
+            false,
+        );
+        assert!(got.iter().all(|&v| v == 0.0));
+        let got = run(
+            &k,
+            &Case {
+                x: rows[5].1.clone(),
+                n,
+                scale: 1.0,
+                mask: None,
+                policy: MaskedRows::Zero,
+                offset: 0,
+                inplace: true,
+            },
+            false,
+        );
+        assert!(
+            got.iter().all(|&v| (v as f64 - 1.0 / n as f64).abs() < 1e-8),
+            "{}: {got:?}",
+            k.isa()
+        );
+    }
+}
+
+/// A −∞ mask entry hides a NaN or +∞ score; the mask is broadcast over rows.
+#[test]
+fn mask_hides_nan_and_is_broadcast() {
+    let n = 21;
+    let mask: Vec<f32> = (0..n)
+        .map(|j| if j % 3 == 0 { f32::NEG_INFINITY } else { 0.0 })
+        .collect();
+    let mut x: Vec<f32> = (0..2 * n).map(|j| (j % 5) as f32).collect();
+    x[0] = f32::NAN;
+    x[n + 3] = f32::INFINITY;
+    for k in all_kernels() {
+        let mut y = vec![0.0; 2 * n];
+        k.softmax(
+            &x,
+            &mut y,
+            n,
+            &SoftmaxOptions {
+                mask: Some(&mask),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for (j, v) in y.iter().enumerate() {
+            assert!(v.is_finite(), "{}: y[{j}] = {v}", k.isa());
+            if j % n % 3 == 0 {
+                assert_eq!(*v, 0.0);
+            }
+        }
+        for row in y.chunks(n) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn empty_and_errors_name_the_argument() {
+    let k = Kernels::best();
+    let opts = SoftmaxOptions::default();
+    k.softmax(&[], &mut [], 0, &opts).unwrap();
+    k.softmax(&[], &mut [], 5, &opts).unwrap();
+    k.log_softmax_inplace(&mut [], 0, &opts).unwrap();
+
+    let err = k.softmax(&[1.0; 6], &mut [0.0; 6], 4, &opts).unwrap_err();
+    assert_eq!(err.arg(), Some("x"));
+    assert_eq!(
+        err.to_string(),
+        "`x`: expected a length that is a multiple of n = 4, got 6"
+    );
+    let err = k.softmax(&[1.0; 6], &mut [0.0; 5], 3, &opts).unwrap_err();
+    assert_eq!(err.to_string(), "`out`: expected length 6 (as x), got 5");
+    let err = k.softmax(&[1.0; 6], &mut [0.0; 6], 0, &opts).unwrap_err();
+    assert_eq!(err.arg(), Some("n"));
+    let mask = [0.0; 2];
+    let err = k
+        .log_softmax(
+            &[1.0; 6],
+            &mut [0.0; 6],
+            3,
+            &SoftmaxOptions {
+                mask: Some(&mask),
+                ..opts
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`mask`: expected length 3 (n), got 2");
+    for scale in [f32::NAN, f32::INFINITY] {
+        let err = k
+            .softmax_inplace(&mut [1.0; 6], 3, &SoftmaxOptions { scale, ..opts })
+            .unwrap_err();
+        assert!(matches!(err, Error::Param { arg: "scale", .. }), "{err}");
+    }
+}
+
+#[test]
+fn free_functions_use_the_detected_isa() {
+    let x = [1.0, 2.0, 3.0];
+    let mut a = [0.0; 3];
+    let mut b = [0.0; 3];
+    kernels::softmax(&x, &mut a, 3, &Default::default()).unwrap();
+    Kernels::detected()
+        .unwrap()
+        .softmax(&x, &mut b, 3, &Default::default())
+        .unwrap();
+    assert_eq!(a, b);
+    let mut c = x;
+    kernels::log_softmax_inplace(&mut c, 3, &Default::default()).unwrap();
+    kernels::log_softmax(&x, &mut b, 3, &Default::default()).unwrap();
+    assert_eq!(c, b);
+}

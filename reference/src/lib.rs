@@ -1,0 +1,24 @@
+//! The oracle of the `kernels` crate: the same operations, computed naively in f64.
+//!
+//! Every function here is written straight from the formula: f64 arithmetic, two-pass
+//! statistics, materialized intermediates, no `unsafe`, no SIMD, no cleverness. It is slow on
+//! purpose and obviously correct, so that property tests (the `kernels` crate's, and yours for
+//! your own kernels) can compare a fast f32 implementation with it under a stated error bound.
+//!
+//! Inputs are the f32 values a kernel sees; outputs are f64, so that the bound can be measured
+//! against the exact result rather than against another rounding. Semantics, including the
+//! policies for masked rows and non-finite values, are those documented in `kernels`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod softmax;
+mod ulp;
+
+pub use softmax::{log_softmax, scores, softmax, MaskedRows};
+pub use ulp::{f32_score, ulp_distance, ulp_error};
+
+/// `eˣ` of each element, in f64.
+pub fn exp(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| (v as f64).exp()).collect()
+}
