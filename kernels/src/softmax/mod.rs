@@ -29,7 +29,7 @@
 //! ```
 //!
 //! The terms: `z − m` is rounded once (`|ẑ − m̂|·u`, carried into `exp` as a relative error);
-//! `exp` is within 2 ulp (≤ 4u relative); the sum is taken in chunks of at most 8 terms per
+//! `exp` is within 1 ulp (≤ 2u relative); the sum is taken in chunks of at most 8 terms per
 //! lane and accumulator, reduced as a tree (≤ 13u relative) and the chunk sums added in f64;
 //! `1/d` and the product round once each. Results below 2⁻¹²⁶ may be flushed to zero (the
 //! absolute term). Non-finite results (−∞ of masked entries in log-softmax, NaN rows) match
