@@ -12,9 +12,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod check;
 mod softmax;
 mod ulp;
 
+pub use check::{check_exp, check_softmax, Mismatch, U};
 pub use softmax::{log_softmax, scores, softmax, MaskedRows};
 pub use ulp::{f32_score, ulp_distance, ulp_error};
 
