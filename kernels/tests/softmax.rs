@@ -224,6 +224,37 @@ fn empty_and_errors_name_the_argument() {
     k.softmax(&[], &mut [], 0, &opts).unwrap();
     k.softmax(&[], &mut [], 5, &opts).unwrap();
     k.log_softmax_inplace(&mut [], 0, &opts).unwrap();
+    // An empty call is still checked.
+    assert_eq!(k.softmax(&[], &mut [0.0; 2], 0, &opts).unwrap_err().arg(), Some("out"));
+    let mask = [0.0; 3];
+    assert_eq!(
+        k.softmax(
+            &[],
+            &mut [],
+            0,
+            &SoftmaxOptions {
+                mask: Some(&mask),
+                ..opts
+            }
+        )
+        .unwrap_err()
+        .arg(),
+        Some("mask")
+    );
+    assert_eq!(
+        k.softmax(
+            &[],
+            &mut [],
+            4,
+            &SoftmaxOptions {
+                scale: f32::NAN,
+                ..opts
+            }
+        )
+        .unwrap_err()
+        .arg(),
+        Some("scale")
+    );
 
     let err = k.softmax(&[1.0; 6], &mut [0.0; 6], 4, &opts).unwrap_err();
     assert_eq!(err.arg(), Some("x"));

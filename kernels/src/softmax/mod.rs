@@ -100,19 +100,6 @@ pub(crate) struct SoftmaxCall {
 
 /// Checks the arguments shared by every softmax entry point; returns the number of rows.
 fn validate(len: usize, out_len: Option<usize>, n: usize, opts: &SoftmaxOptions) -> Result<usize, Error> {
-    if n == 0 {
-        if len != 0 {
-            return Err(Error::shape("n", format!("a row length dividing x.len() = {len}"), "0"));
-        }
-        return Ok(0);
-    }
-    if len % n != 0 {
-        return Err(Error::shape(
-            "x",
-            format!("a length that is a multiple of n = {n}"),
-            len,
-        ));
-    }
     if let Some(out_len) = out_len {
         if out_len != len {
             return Err(Error::shape("out", format!("length {len} (as x)"), out_len));
@@ -126,7 +113,16 @@ fn validate(len: usize, out_len: Option<usize>, n: usize, opts: &SoftmaxOptions)
     if !opts.scale.is_finite() {
         return Err(Error::param("scale", "a finite number", opts.scale));
     }
-    Ok(len / n)
+    match n {
+        0 if len == 0 => Ok(0),
+        0 => Err(Error::shape("n", format!("a row length dividing x.len() = {len}"), "0")),
+        _ if len % n != 0 => Err(Error::shape(
+            "x",
+            format!("a length that is a multiple of n = {n}"),
+            len,
+        )),
+        _ => Ok(len / n),
+    }
 }
 
 impl Kernels {
