@@ -12,8 +12,8 @@
 //! | kernel | formula | error bound (u = 2⁻²⁴) |
 //! |---|---|---|
 //! | [`exp()`] | `y = eˣ` | ≤ 1 ulp (exhaustively checked over all 2³² inputs) |
-//! | [`softmax()`] | `y_j = exp(z_j − m)/Σ exp(z − m)`, `z = scale·x + mask` | `(24 + \|z_j − m\| + ρ_j)·u` relative, `+ 2⁻¹²⁶` |
-//! | [`log_softmax()`] | `y_j = z_j − m − ln Σ exp(z − m)` | `(24 + \|z_j − m\| + \|ln d\| + \|y_j\| + ρ_j)·u` absolute |
+//! | [`softmax()`] | `y_j = exp(z_j − m)/Σ exp(z − m)`, `z = fl(scale·x + mask)` | `(24 + \|z_j − m\|)·u` relative, `+ 2⁻¹²⁶` |
+//! | [`log_softmax()`] | `y_j = z_j − m − ln Σ exp(z − m)` | `(24 + \|z_j − m\| + \|ln d\| + \|y_j\|)·u` absolute |
 //!
 //! Rows are row-major with the last axis contiguous. Outputs never alias inputs except in the
 //! `_inplace` variants. All kernels may be called from many threads at once.
@@ -26,7 +26,7 @@ mod error;
 mod isa;
 mod math;
 mod simd;
-mod softmax;
+pub mod softmax;
 
 pub use dispatch::Kernels;
 pub use error::Error;
@@ -76,13 +76,13 @@ pub fn exp_inplace(x: &mut [f32]) -> Result<(), Error> {
 
 /// Softmax of each row of the row-major `[rows, n]` matrix `x`, into `out`.
 ///
-/// `z_j = scale·x_j + mask_j`, `y_j = exp(z_j − m) / Σ_k exp(z_k − m)` with `m = max z`. A −∞
-/// mask entry masks its position whatever `x` holds there; a fully masked row follows
-/// [`SoftmaxOptions::masked_rows`] (0 by default); a NaN or +∞ among the unmasked scores makes
-/// the row NaN. `n = 0` (with empty `x`) is a no-op.
+/// `z_j = fl(scale·x_j + mask_j)` (an f32 score, rounded once), `y_j = exp(z_j − m) /
+/// Σ_k exp(z_k − m)` with `m = max z`. A −∞ mask entry masks its position whatever `x` holds
+/// there; a fully masked row follows [`SoftmaxOptions::masked_rows`] (0 by default); a NaN or
+/// +∞ among the unmasked scores makes the row NaN. `n = 0` (with empty `x`) is a no-op.
 ///
-/// Error bound (u = 2⁻²⁴, hats for the exact values, `ρ_j = |ẑ_j| + |m̂|` if a scale ≠ 1 or a
-/// mask is given, else 0): `|y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + ρ_j)·u·ŷ_j + 2⁻¹²⁶`.
+/// Error bound (u = 2⁻²⁴, `ŷ` the exact softmax of the f32 scores `z`):
+/// `|y_j − ŷ_j| ≤ (24 + |z_j − m|)·u·ŷ_j + 2⁻¹²⁶`. Details in the [module docs](mod@softmax).
 ///
 /// # Errors
 /// [`Error::Shape`] if `x.len()` is not a multiple of `n`, `out.len() ≠ x.len()`, or the mask
@@ -110,7 +110,7 @@ pub fn softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result
 /// [`softmax()`] (a fully masked row gives −∞ under [`MaskedRows::Zero`]).
 ///
 /// Error bound (notation of [`softmax()`], `d̂` the exact sum):
-/// `|y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + |ln d̂| + |ŷ_j| + ρ_j)·u`; infinite and NaN results match
+/// `|y_j − ŷ_j| ≤ (24 + |z_j − m| + |ln d̂| + |ŷ_j|)·u`; infinite and NaN results match
 /// exactly.
 ///
 /// # Errors

@@ -18,7 +18,7 @@ mod ulp;
 
 pub use check::{check_exp, check_softmax, Mismatch, U};
 pub use softmax::{log_softmax, scores, softmax, MaskedRows};
-pub use ulp::{f32_score, ulp_distance, ulp_error};
+pub use ulp::{fma_f32, ulp_distance, ulp_error};
 
 /// `eˣ` of each element, in f64.
 pub fn exp(x: &[f32]) -> Vec<f64> {

@@ -1,6 +1,6 @@
 //! Softmax and log-softmax over rows, two-pass in f64.
 
-use crate::f32_score;
+use crate::fma_f32;
 
 /// What a row with every entry masked (−∞) becomes (the same policy as `kernels::MaskedRows`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -12,15 +12,16 @@ pub enum MaskedRows {
     Nan,
 }
 
-/// The scores `z_j = scale·x_j + mask_j` of one row, exact but for the f32 range (see
-/// [`f32_score`]), and −∞ wherever the mask is −∞ whatever `x_j` is.
+/// The scores of one row as the f32 values the kernels work with: `z_j = fl(scale·x_j + mask_j)`
+/// rounded once (see [`fma_f32`]; ±∞ beyond the f32 range), and −∞ wherever the mask is −∞
+/// whatever `x_j` is. Everything after the scores is exact (f64).
 pub fn scores(x: &[f32], scale: f32, mask: Option<&[f32]>) -> Vec<f64> {
     x.iter()
         .enumerate()
         .map(|(j, &v)| match mask.map(|m| m[j]) {
             Some(m) if m == f32::NEG_INFINITY => f64::NEG_INFINITY,
-            Some(m) => f32_score(scale as f64 * v as f64 + m as f64),
-            None => f32_score(scale as f64 * v as f64),
+            Some(m) => fma_f32(scale, v, m) as f64,
+            None => fma_f32(scale, v, 0.0) as f64,
         })
         .collect()
 }
@@ -76,7 +77,8 @@ fn rows(
 }
 
 /// Softmax of each row of the `[rows, n]` matrix `x`: `y_j = exp(z_j − m) / Σ exp(z − m)`
-/// with `z = scale·x + mask` (−∞ where the mask is −∞, whatever `x` is), `m = max z`.
+/// with the f32 scores `z = fl(scale·x + mask)` of [`scores`] (−∞ where the mask is −∞,
+/// whatever `x` is), `m = max z`.
 ///
 /// A row whose unmasked scores include NaN or +∞ is NaN; a fully masked row follows `policy`.
 ///

@@ -28,16 +28,34 @@ pub fn ulp_error(got: f32, exact: f64) -> u64 {
     ulp_distance(got, exact as f32)
 }
 
-/// An exact score as the f32 quantity a kernel works with: rounded to f32, so that a value
-/// beyond the f32 range becomes ±∞ (kernels compute scores such as `scale·x + mask` in f32;
-/// where that overflows, the oracle must see the same infinity, not a large finite number).
-/// The value itself stays unrounded when it is within range.
-pub fn f32_score(z: f64) -> f64 {
-    if (z as f32).is_infinite() {
-        z.signum() * f64::INFINITY
-    } else {
-        z
+/// `a·b + c` rounded once to f32 (round to nearest, ties to even), as an f32 FMA computes it;
+/// ±∞ beyond the f32 range. Kernels compute scores such as `scale·x + mask` this way, and the
+/// oracle needs the very same f32 value.
+///
+/// Rounding the f64 result to f32 would round twice, which for an FMA can land on the wrong
+/// neighbour at a tie; this rounds once: `a·b` is exact in f64, the sum is split exactly into
+/// `s + e` (Knuth's TwoSum), and `e` breaks the ties that `s` alone would get wrong.
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    let p = a as f64 * b as f64;
+    let c = c as f64;
+    let s = p + c;
+    if !s.is_finite() {
+        return s as f32;
     }
+    let bb = s - p;
+    let e = (p - (s - bb)) + (c - bb);
+    let r = s as f32;
+    if e == 0.0 || !r.is_finite() {
+        return r;
+    }
+    let other = if (r as f64) < s { r.next_up() } else { r.next_down() };
+    if (s - r as f64).abs() == (other as f64 - s).abs() {
+        // `s` is exactly halfway between two f32s: the true value `s + e` lies on `e`'s side.
+        if (other as f64 - s).signum() == e.signum() {
+            return other;
+        }
+    }
+    r
 }
 
 #[cfg(test)]
@@ -56,9 +74,42 @@ mod tests {
     }
 
     #[test]
-    fn f32_score_overflows_like_f32() {
-        assert_eq!(f32_score(1e39), f64::INFINITY);
-        assert_eq!(f32_score(-1e39), f64::NEG_INFINITY);
-        assert_eq!(f32_score(3.0e38), 3.0e38);
+    fn fma_f32_rounds_once() {
+        assert_eq!(fma_f32(3.0e38, 2.0, 0.0), f32::INFINITY);
+        assert_eq!(fma_f32(-3.0e38, 2.0, 1.0), f32::NEG_INFINITY);
+        // (1 + 2⁻²³) + (1 + 2⁻²³)·2⁻²⁴(1 − 2⁻²³) = 1 + 2⁻²³ + 2⁻²⁴ − 2⁻⁷⁰: just below the tie
+        // between 1 + 2⁻²³ and 1 + 2⁻²², so it rounds down. Through f64 the −2⁻⁷⁰ is lost, the
+        // tie goes to the even neighbour, and the result is 1 + 2⁻²²: wrong.
+        let odd = 1.0 + f32::EPSILON;
+        let below_half_ulp = f32::EPSILON / 2.0 * (1.0 - f32::EPSILON);
+        assert_eq!(fma_f32(odd, below_half_ulp, odd), odd);
+        assert_eq!(odd.mul_add(below_half_ulp, odd), odd);
+        // `f32::mul_add` is a true fused multiply-add (hardware or libm): the same single
+        // rounding. Random triples, and triples built to sit at or next to f32 ties.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for i in 0..200_000 {
+            let bits = next();
+            let a = f32::from_bits(bits as u32 & 0xbfff_ffff); // |a| < 2
+            let b = f32::from_bits((bits >> 32) as u32 & 0xbfff_ffff);
+            let c = match i % 3 {
+                0 => f32::from_bits(next() as u32 & 0xbfff_ffff),
+                // c cancels a·b's leading part, leaving a tail at the tie position.
+                1 => -(a * b),
+                _ => -(a * b) + f32::from_bits(next() as u32 & 0x807f_ffff),
+            };
+            if a.is_finite() && b.is_finite() && c.is_finite() {
+                assert_eq!(
+                    fma_f32(a, b, c).to_bits(),
+                    a.mul_add(b, c).to_bits(),
+                    "{a:e}·{b:e} + {c:e}"
+                );
+            }
+        }
     }
 }

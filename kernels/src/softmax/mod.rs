@@ -6,7 +6,8 @@
 //! all rows):
 //!
 //! ```text
-//! z_j = scale·x_j + mask_j      (z_j = −∞ wherever mask_j = −∞, whatever x_j is)
+//! z_j = fl(scale·x_j + mask_j)  the f32 score, rounded once (one FMA); −∞ wherever
+//!                               mask_j = −∞, whatever x_j is
 //! m   = max_j z_j
 //! d   = Σ_j exp(z_j − m)
 //! softmax_j     = exp(z_j − m) / d
@@ -15,25 +16,30 @@
 //!
 //! - A fully masked row (every `z_j = −∞`) follows [`MaskedRows`]: by default softmax gives 0
 //!   and log-softmax −∞ for the whole row; `MaskedRows::Nan` gives NaN.
-//! - A NaN or +∞ in any unmasked `z_j` makes the whole row NaN.
+//! - A NaN or +∞ in any unmasked `z_j` makes the whole row NaN (a score that overflows f32 is
+//!   ±∞ like any f32 result).
 //! - `n = 0` is a no-op.
+//!
+//! The scores are f32 by definition: the rounding of `scale·x + mask` is part of the
+//! semantics, not of the error (with `|x| ≈ 10³⁶`, a mask of −10²⁷ is below half an ulp and
+//! does not change the score). With `scale = 1` and no mask, `z = x` exactly.
 //!
 //! # Error bound
 //!
-//! With `u = 2⁻²⁴`, `ẑ, m̂, d̂, ŷ` the exact (f64 oracle) values, and `ρ_j = |ẑ_j| + |m̂|` when
-//! `z` is rounded (a scale ≠ 1 or a mask is given), else `ρ_j = 0`:
+//! With `u = 2⁻²⁴`, `z` the f32 scores and `ŷ`, `d̂` the exact results on them (the f64
+//! oracle, `reference::check_softmax`):
 //!
 //! ```text
-//! softmax:      |y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + ρ_j)·u·ŷ_j + 2⁻¹²⁶
-//! log-softmax:  |y_j − ŷ_j| ≤ (24 + |ẑ_j − m̂| + |ln d̂| + |ŷ_j| + ρ_j)·u
+//! softmax:      |y_j − ŷ_j| ≤ (24 + |z_j − m|)·u·ŷ_j + 2⁻¹²⁶
+//! log-softmax:  |y_j − ŷ_j| ≤ (24 + |z_j − m| + |ln d̂| + |ŷ_j|)·u
 //! ```
 //!
-//! The terms: `z − m` is rounded once (`|ẑ − m̂|·u`, carried into `exp` as a relative error);
+//! The terms: `z − m` is rounded once (`|z − m|·u`, carried into `exp` as a relative error);
 //! `exp` is within 1 ulp (≤ 2u relative); the sum is taken in chunks of at most 8 terms per
 //! lane and accumulator, reduced as a tree (≤ 13u relative) and the chunk sums added in f64;
-//! `1/d` and the product round once each. Results below 2⁻¹²⁶ may be flushed to zero (the
-//! absolute term). Non-finite results (−∞ of masked entries in log-softmax, NaN rows) match
-//! the oracle exactly.
+//! `1/d` and the product round once each; 24 leaves room for second-order terms. Results
+//! below 2⁻¹²⁶ may be flushed to zero (the absolute term). Non-finite results (−∞ of masked
+//! entries in log-softmax, NaN rows, values beyond the f32 range) match the oracle exactly.
 //!
 //! # Algorithm
 //!
