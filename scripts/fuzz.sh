@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Differential fuzzing of every kernel under AddressSanitizer.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, every target)
+#
+# Uses the nightly toolchain when rustup has one, else the stable toolchain with
+# RUSTC_BOOTSTRAP=1 (which accepts the same -Z flags). Installs cargo-fuzz when missing.
+# New corpus entries go to fuzz/corpus/<target> (not committed); the small committed seeds
+# are in fuzz/seeds/<target>. A crash leaves its input in fuzz/artifacts/<target> and fails.
+set -euo pipefail
+
+secs=${1:-60}
+shift || true
+cd "$(dirname "$0")/.."
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz.sh: installing cargo-fuzz" >&2
+  cargo install cargo-fuzz --locked
+fi
+
+toolchain=()
+if rustup run nightly rustc --version >/dev/null 2>&1; then
+  toolchain=(+nightly)
+else
+  echo "fuzz.sh: no nightly toolchain; using stable with RUSTC_BOOTSTRAP=1" >&2
+  export RUSTC_BOOTSTRAP=1
+fi
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  mapfile -t targets < <(cargo "${toolchain[@]}" fuzz list --fuzz-dir fuzz)
+fi
+
+# Build every target first (ASan, release), so that the time budget is spent fuzzing.
+cargo "${toolchain[@]}" fuzz build --fuzz-dir fuzz
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for t in "${targets[@]}"; do
+  mkdir -p "fuzz/corpus/$t" "fuzz/seeds/$t"
+  echo "== fuzz $t for ${secs}s"
+  start=$(date +%s)
+  status=0
+  cargo "${toolchain[@]}" fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
+    -max_total_time="$secs" -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1 || status=$?
+  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb|ERROR|panicked|SUMMARY|Test unit written' "$log" || true
+  echo "== $t: exit $status after $(( $(date +%s) - start ))s, corpus $(ls "fuzz/corpus/$t" | wc -l) entries"
+  if [ "$status" -ne 0 ]; then
+    tail -n 40 "$log" >&2
+    echo "fuzz.sh: $t failed; the input is in fuzz/artifacts/$t" >&2
+    exit "$status"
+  fi
+done
