@@ -1,0 +1,39 @@
+//! The plain Rust a user would write without this crate: the "plain" baselines.
+//!
+//! Idiomatic, safe, single-threaded code over slices with the standard library's `f32::exp`
+//! (libm), and nothing clever: the compiler vectorizes what it can on its own.
+
+/// Softmax of each row of length `n`: max, then `exp(x − m)` stored and summed, then scaled.
+pub fn softmax(x: &[f32], y: &mut [f32], n: usize) {
+    for (x, y) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0;
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = (x - m).exp();
+            sum += *y;
+        }
+        let inv = 1.0 / sum;
+        for y in y.iter_mut() {
+            *y *= inv;
+        }
+    }
+}
+
+/// Log-softmax of each row of length `n`: max, sum of `exp(x − m)`, then `x − m − ln(sum)`.
+pub fn log_softmax(x: &[f32], y: &mut [f32], n: usize) {
+    for (x, y) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = x.iter().map(|&x| (x - m).exp()).sum();
+        let ln_sum = sum.ln();
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = x - m - ln_sum;
+        }
+    }
+}
+
+/// `y = eˣ` element by element.
+pub fn exp(x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = x.exp();
+    }
+}

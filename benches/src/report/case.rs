@@ -1,0 +1,265 @@
+//! A case of the report (one kernel over one shape) and the driver that measures it.
+//!
+//! A case names its kernel and shape, makes its input, and says how to run the kernel on a
+//! given ISA, the plain Rust version and the oracle. The driver does the rest, the same way for
+//! every kernel: it places the buffers ([`crate::buffers::Pair`]), checks every path's output
+//! against the oracle, times the plain version, every ISA's kernel and every ISA's roofline
+//! interleaved over the same buffers, and turns the figures into [`Row`]s.
+
+use std::hint::black_box;
+
+use kernels::{Isa, Kernels};
+
+use super::accuracy::{errors, Errors};
+use super::output::Row;
+use super::timing::{self, Timing};
+use super::ReportError;
+use crate::buffers::Pair;
+use crate::roofline::{self, Stores};
+
+/// Runs the kernel of a case on one ISA: `(kernels, x, y)`.
+pub type KernelFn = dyn Fn(Kernels, &[f32], &mut [f32]) -> Result<(), kernels::Error>;
+/// Runs the plain Rust version of a case: `(x, y)`.
+pub type PlainFn = dyn Fn(&[f32], &mut [f32]);
+/// The exact result of a case for input `x`, from the `reference` crate.
+pub type OracleFn = dyn Fn(&[f32]) -> Vec<f64>;
+
+/// Which roofline a case is held against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// A memory-bound kernel that spends its time in `exp` when in cache (softmax): the copy of
+    /// the same bytes when the working set exceeds L2, else the bare vectorized `exp` of the
+    /// same ISA from `x` to `y` ([`Kernels::exp`]).
+    CopyBeyondL2ElseExp,
+    /// Always the copy of the same bytes.
+    Copy,
+}
+
+/// One kernel over one shape.
+///
+/// The data model is one f32 input buffer `x` and one f32 output buffer `y`; kernels with more
+/// operands (weights, several inputs) capture the small ones in their closures, or pack several
+/// inputs into `x` and split it in `run`.
+pub struct Case {
+    /// The kernel's name as printed (`softmax`); also what `--kernel` matches.
+    pub kernel: &'static str,
+    /// Element type, e.g. `f32`.
+    pub dtype: &'static str,
+    /// The shape as printed: `rows x n`, or a length.
+    pub shape: String,
+    /// Floats in `x`.
+    pub x_len: usize,
+    /// Floats in `y`.
+    pub y_len: usize,
+    /// Elements produced per call (for Gelem/s).
+    pub elements: usize,
+    /// FLOPs per call, for kernels where the count means something (GEMM-like ones).
+    pub flops: Option<f64>,
+    /// The roofline the case is held against.
+    pub rule: Rule,
+    /// Makes the input `x` (`x_len` floats).
+    pub input: Box<dyn Fn() -> Vec<f32>>,
+    /// The kernel on a given ISA.
+    pub run: Box<KernelFn>,
+    /// The plain Rust version.
+    pub plain: Box<PlainFn>,
+    /// The oracle (`y_len` values).
+    pub oracle: Box<OracleFn>,
+}
+
+impl Case {
+    /// A kernel from `len` floats to `len` floats (softmax, norms, exp): an ideal kernel reads
+    /// `x` and writes `y` once, `8·len` bytes for f32.
+    pub fn elementwise(
+        kernel: &'static str,
+        shape: String,
+        len: usize,
+        input: impl Fn() -> Vec<f32> + 'static,
+        run: impl Fn(Kernels, &[f32], &mut [f32]) -> Result<(), kernels::Error> + 'static,
+        plain: impl Fn(&[f32], &mut [f32]) + 'static,
+        oracle: impl Fn(&[f32]) -> Vec<f64> + 'static,
+    ) -> Case {
+        Case {
+            kernel,
+            dtype: "f32",
+            shape,
+            x_len: len,
+            y_len: len,
+            elements: len,
+            flops: None,
+            rule: Rule::CopyBeyondL2ElseExp,
+            input: Box::new(input),
+            run: Box::new(run),
+            plain: Box::new(plain),
+            oracle: Box::new(oracle),
+        }
+    }
+
+    /// Bytes an ideal kernel reads and writes per call: `x` once and `y` once.
+    pub fn bytes(&self) -> usize {
+        (self.x_len + self.y_len) * std::mem::size_of::<f32>()
+    }
+}
+
+/// What the driver needs to know about the run.
+pub struct Context {
+    /// Every ISA the cases run on: the printed ones and the scalar path (for `vs_scalar`).
+    pub kernels: Vec<Kernels>,
+    /// The ISAs whose rows are printed.
+    pub printed: Vec<Isa>,
+    /// Whether the plain Rust row is printed.
+    pub print_plain: bool,
+    /// Working sets beyond this many bytes are held against the copy roofline.
+    pub l2_bytes: usize,
+    /// Output placement, see [`crate::buffers`].
+    pub out_offset: usize,
+    /// How long to measure.
+    pub timing: Timing,
+}
+
+/// One thing timed on a case's buffers.
+#[derive(Debug, Clone, Copy)]
+enum Contender {
+    Plain,
+    Kernel(Kernels),
+    Copy(Isa),
+    Exp(Kernels),
+}
+
+impl Contender {
+    fn name(&self) -> String {
+        match self {
+            Contender::Plain => "plain Rust".to_string(),
+            Contender::Kernel(k) => format!("kernel on {}", k.isa()),
+            Contender::Copy(isa) => roofline::copy_name(*isa, Stores::Ordinary),
+            Contender::Exp(k) => format!("exp({})", k.isa()),
+        }
+    }
+}
+
+/// Runs `c` once on the case's buffers, inputs and outputs passed through `black_box`.
+fn run(case: &Case, c: Contender, pair: &mut Pair) -> Result<(), String> {
+    let (x, y) = pair.io();
+    let (x, y) = (black_box(x), black_box(y));
+    match c {
+        Contender::Plain => (case.plain)(x, y),
+        Contender::Kernel(k) => (case.run)(k, x, y).map_err(|e| e.to_string())?,
+        Contender::Copy(isa) => {
+            let m = x.len().min(y.len());
+            if !roofline::copy(isa, Stores::Ordinary, &x[..m], &mut y[..m]) {
+                return Err(format!("no copy with ordinary stores for {isa}"));
+            }
+        }
+        Contender::Exp(k) => k.exp(x, y).map_err(|e| e.to_string())?,
+    }
+    black_box(y);
+    Ok(())
+}
+
+/// Measures `case` on every ISA of `ctx` and returns its printed rows.
+pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
+    let what = format!("{} {}", case.kernel, case.shape);
+    let fail = |msg: String| ReportError::new(format!("{what}: {msg}"));
+
+    let mut pair = Pair::new(case.x_len, case.y_len, ctx.out_offset);
+    let input = (case.input)();
+    if input.len() != case.x_len {
+        return Err(fail(format!(
+            "the input has {} floats, expected {}",
+            input.len(),
+            case.x_len
+        )));
+    }
+    pair.x_mut().copy_from_slice(&input);
+    let exact = (case.oracle)(pair.x());
+    if exact.len() != case.y_len {
+        return Err(fail(format!(
+            "the oracle gave {} values, expected {}",
+            exact.len(),
+            case.y_len
+        )));
+    }
+
+    // The copy roofline copies min(x, y) floats; its time is scaled to the case's bytes.
+    let copied = case.x_len.min(case.y_len);
+    let use_copy = match case.rule {
+        Rule::Copy => true,
+        Rule::CopyBeyondL2ElseExp => case.bytes() > ctx.l2_bytes || case.x_len != case.y_len,
+    };
+    let copy_scale = if copied == 0 {
+        1.0
+    } else {
+        (case.x_len + case.y_len) as f64 / (2 * copied) as f64
+    };
+
+    let n_isa = ctx.kernels.len();
+    let mut contenders = vec![Contender::Plain];
+    contenders.extend(ctx.kernels.iter().map(|&k| Contender::Kernel(k)));
+    contenders.extend(ctx.kernels.iter().map(|&k| {
+        if use_copy {
+            Contender::Copy(k.isa())
+        } else {
+            Contender::Exp(k)
+        }
+    }));
+
+    // Run every contender once: errors surface here, with a message, not inside the timing;
+    // the kernels' outputs are checked against the oracle.
+    let mut errs: Vec<Option<Errors>> = vec![None; contenders.len()];
+    for (i, &c) in contenders.iter().enumerate() {
+        run(case, c, &mut pair).map_err(|e| fail(format!("{}: {e}", c.name())))?;
+        if matches!(c, Contender::Plain | Contender::Kernel(_)) {
+            errs[i] = Some(errors(pair.y(), &exact));
+        }
+    }
+
+    let samples = timing::interleaved(contenders.len(), &ctx.timing, |i| {
+        // Checked above; a failure here cannot differ from the first call's.
+        let _ = run(case, contenders[i], &mut pair);
+    });
+
+    let scalar = 1 + ctx
+        .kernels
+        .iter()
+        .position(|k| k.isa() == Isa::Scalar)
+        .ok_or_else(|| fail("the scalar path is not among the measured ISAs".to_string()))?;
+    let roof_name = |k: Kernels| {
+        if use_copy {
+            roofline::copy_name(k.isa(), Stores::Ordinary)
+        } else {
+            format!("exp({})", k.isa())
+        }
+    };
+    let row = |i: usize, isa: String, roof: usize, roof_kernels: Kernels| Row {
+        kernel: case.kernel.to_string(),
+        isa,
+        dtype: case.dtype.to_string(),
+        shape: case.shape.clone(),
+        bytes: Some(case.bytes() as f64),
+        elements: Some(case.elements as f64),
+        flops: case.flops,
+        ns_per_iter: samples.median(i),
+        max_ulp: errs[i].map(|e| e.max_ulp),
+        max_rel_err: errs[i].map(|e| e.max_rel),
+        vs_scalar: Some(samples.speedup(i, scalar)),
+        vs_plain: Some(samples.speedup(i, 0)),
+        roofline: Some(roof_name(roof_kernels)),
+        roofline_ratio: Some(samples.speedup(i, roof) * if use_copy { copy_scale } else { 1.0 }),
+        roofline_ns_per_iter: Some(samples.median(roof) * if use_copy { copy_scale } else { 1.0 }),
+        method: None,
+        rel_iqr: samples.rel_iqr(i),
+        rounds: samples.rounds(),
+    };
+
+    let mut rows = Vec::new();
+    if ctx.print_plain {
+        // Plain Rust is compiled for the baseline ISA: held against the scalar ISA's roofline.
+        rows.push(row(0, "plain".to_string(), scalar + n_isa, ctx.kernels[scalar - 1]));
+    }
+    for (j, &k) in ctx.kernels.iter().enumerate() {
+        if ctx.printed.contains(&k.isa()) {
+            rows.push(row(1 + j, k.isa().to_string(), 1 + n_isa + j, k));
+        }
+    }
+    Ok(rows)
+}

@@ -1,0 +1,138 @@
+//! Rows of softmax, log-softmax and exp.
+//!
+//! Shapes: rows that stay in cache (working set 128 KiB: in L2, beyond L1), held against the
+//! bare vectorized exp of the same ISA; and 16 MiB in + 16 MiB out, beyond L2, held against the
+//! copy of the same bytes. Inputs are uniform in [−10, 10) (attention-like logits; the
+//! exponents then span [−20, 0]); exp's inputs are uniform in [−80, 80) (normal results).
+
+use kernels::{Kernels, SoftmaxOptions};
+use reference::MaskedRows;
+
+use super::case::{Case, Rule};
+use super::output::Row;
+use super::{Family, Plan};
+use crate::{data, plain};
+
+/// The kernels of this module, for the registry of the report.
+pub const FAMILY: Family = Family {
+    kernels: &["softmax", "log_softmax", "exp"],
+    cases,
+    goals,
+};
+
+/// `(rows, n)`: in cache (128 KiB working set), then beyond L2 (32 MiB working set).
+const ROWS: [(usize, usize); 5] = [(128, 128), (16, 1024), (4, 4096), (4096, 1024), (1024, 4096)];
+const ROWS_QUICK: [(usize, usize); 3] = [(128, 128), (4, 4096), (4096, 1024)];
+const LOG_ROWS_QUICK: [(usize, usize); 2] = [(16, 1024), (4096, 1024)];
+/// exp lengths: in cache, beyond L2.
+const EXP_LENS: [usize; 2] = [16 * 1024, 4 * 1024 * 1024];
+
+fn cases(plan: &Plan) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &(rows, n) in plan.pick(&ROWS, &ROWS_QUICK) {
+        cases.push(softmax(rows, n));
+    }
+    for &(rows, n) in plan.pick(&ROWS, &LOG_ROWS_QUICK) {
+        cases.push(log_softmax(rows, n));
+    }
+    for &len in &EXP_LENS {
+        cases.push(exp(len));
+    }
+    cases
+}
+
+fn logits(len: usize) -> Vec<f32> {
+    data::uniform(len, -10.0, 10.0, 0x5eed_0001)
+}
+
+fn softmax(rows: usize, n: usize) -> Case {
+    Case::elementwise(
+        "softmax",
+        format!("{rows}x{n}"),
+        rows * n,
+        move || logits(rows * n),
+        move |k: Kernels, x, y| k.softmax(x, y, n, &SoftmaxOptions::default()),
+        move |x, y| plain::softmax(x, y, n),
+        move |x| reference::softmax(x, n, 1.0, None, MaskedRows::Zero),
+    )
+}
+
+fn log_softmax(rows: usize, n: usize) -> Case {
+    Case::elementwise(
+        "log_softmax",
+        format!("{rows}x{n}"),
+        rows * n,
+        move || logits(rows * n),
+        move |k: Kernels, x, y| k.log_softmax(x, y, n, &SoftmaxOptions::default()),
+        move |x, y| plain::log_softmax(x, y, n),
+        move |x| reference::log_softmax(x, n, 1.0, None, MaskedRows::Zero),
+    )
+}
+
+fn exp(len: usize) -> Case {
+    Case {
+        // The bare exp is the in-cache roofline itself: hold it against the copy everywhere.
+        rule: Rule::Copy,
+        ..Case::elementwise(
+            "exp",
+            len.to_string(),
+            len,
+            move || data::uniform(len, -80.0, 80.0, 0x5eed_0002),
+            |k: Kernels, x, y| k.exp(x, y),
+            plain::exp,
+            reference::exp,
+        )
+    }
+}
+
+/// The goals of issue 2 as read from the rows (shared/PERF.md explains them).
+fn goals(rows: &[Row]) -> Vec<String> {
+    let mut out = Vec::new();
+    let held_against = |r: &Row, prefix: &str| r.roofline.as_deref().is_some_and(|n| n.starts_with(prefix));
+    for kernel in ["softmax", "log_softmax"] {
+        let of = |isa: &'static str| rows.iter().filter(move |r| r.kernel == kernel && r.isa == isa);
+        for isa in ["avx2", "avx512", "neon"] {
+            let list = |f: &dyn Fn(&Row) -> Option<String>| of(isa).filter_map(f).collect::<Vec<_>>().join(", ");
+            let vs_exp = list(&|r| {
+                held_against(r, "exp(")
+                    .then_some(r.roofline_ratio?)
+                    .map(|q| format!("{} {:.2}x", r.shape, 1.0 / q))
+            });
+            let vs_copy = list(&|r| {
+                held_against(r, "copy(")
+                    .then_some(r.roofline_ratio?)
+                    .map(|q| format!("{} {:.2}", r.shape, q))
+            });
+            let vs_plain = list(&|r| r.vs_plain.map(|q| format!("{} {:.1}x", r.shape, q)));
+            if !vs_exp.is_empty() {
+                out.push(format!(
+                    "{kernel} {isa}: time per element / bare exp (goal <= 1.5x): {vs_exp}"
+                ));
+            }
+            if !vs_copy.is_empty() {
+                out.push(format!(
+                    "{kernel} {isa}: fraction of copy roofline (goal >= 0.85): {vs_copy}"
+                ));
+            }
+            if !vs_plain.is_empty() {
+                out.push(format!(
+                    "{kernel} {isa}: speedup over plain Rust (goal >= 8x): {vs_plain}"
+                ));
+            }
+        }
+        let wide: Vec<String> = of("avx512")
+            .filter(|r| held_against(r, "exp("))
+            .filter_map(|r| {
+                let avx2 = of("avx2").find(|a| a.shape == r.shape)?;
+                Some(format!("{} {:.2}x", r.shape, avx2.ns_per_iter / r.ns_per_iter))
+            })
+            .collect();
+        if !wide.is_empty() {
+            out.push(format!(
+                "{kernel}: avx512 / avx2 speed in cache (goal >= 1.6x): {}",
+                wide.join(", ")
+            ));
+        }
+    }
+    out
+}
