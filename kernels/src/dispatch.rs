@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+use crate::attention::AttentionCall;
 use crate::softmax::SoftmaxCall;
 use crate::{Error, Isa};
 
@@ -15,6 +16,7 @@ pub(crate) struct Table {
     pub isa: Isa,
     pub exp: unsafe fn(*const f32, *mut f32, usize),
     pub softmax: unsafe fn(&SoftmaxCall),
+    pub attention: unsafe fn(&AttentionCall),
 }
 
 /// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
@@ -46,7 +48,13 @@ macro_rules! isa_table {
                 unsafe { crate::softmax::softmax_rows(token(), call) }
             }
 
-            pub(crate) static TABLE: Table = Table { isa: $isa, exp, softmax };
+            $(#[target_feature(enable = $features)])?
+            unsafe fn attention(call: &AttentionCall) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
+                unsafe { crate::attention::Tile::attention(token(), call) }
+            }
+
+            pub(crate) static TABLE: Table = Table { isa: $isa, exp, softmax, attention };
         }
     };
 }

@@ -21,6 +21,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod attention;
 mod dispatch;
 mod error;
 mod isa;
@@ -28,6 +29,7 @@ mod math;
 mod simd;
 pub mod softmax;
 
+pub use attention::{AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, MaskShape};
 pub use dispatch::Kernels;
 pub use error::Error;
 pub use isa::{available_isas, best_isa, Isa};
@@ -122,4 +124,54 @@ pub fn log_softmax(x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) 
 /// [`log_softmax()`] in place.
 pub fn log_softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
     with_detected(|k| k.log_softmax_inplace(x, n, opts))
+}
+
+/// Scaled-dot-product attention with an additive mask and RealFormer residual scores:
+/// `S = scale·Q·Kᵀ + P`, `Z = S/(ℓ+1) + M` (−∞ where masked), `O = softmax(Z)·V`, with `S` (or
+/// `Z`) written to `scores` when given. Allocates a fresh workspace; keep an
+/// [`AttentionWorkspace`] and call [`Kernels::attention`] to avoid that.
+///
+/// Shapes, options, policies and the error bound are in the [module docs](mod@attention).
+///
+/// # Errors
+/// [`Error::Shape`] naming the first argument whose length does not match `shape` (or a
+/// `shape` field that is inconsistent); [`Error::Param`] for a non-finite scale or a key length
+/// beyond `kv_len`.
+///
+/// ```
+/// use kernels::{AttentionOptions, AttentionShape};
+///
+/// // One head, two queries, three keys of dimension 2; the second query sees only 2 keys.
+/// let shape = AttentionShape::self_attention(1, 1, 2, 2);
+/// let shape = AttentionShape { kv_len: 3, ..shape };
+/// let (q, k, v) = (vec![1.0; 4], vec![0.5; 6], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// let mut out = vec![0.0; 4];
+/// let mut scores = vec![0.0; 6]; // S, for the next layer
+/// let opts = AttentionOptions { causal: true, ..Default::default() };
+/// kernels::attention(&shape, &q, &k, &v, &mut out, Some(&mut scores), &opts)?;
+/// // Bottom-right causal: query 0 sees keys 0..2, query 1 all 3, with equal scores.
+/// assert!((out[0] - 2.0).abs() < 1e-6 && (out[2] - 3.0).abs() < 1e-6);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn attention(
+    shape: &AttentionShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    scores: Option<&mut [f32]>,
+    opts: &AttentionOptions,
+) -> Result<(), Error> {
+    with_detected(|kern| {
+        kern.attention(
+            shape,
+            q,
+            k,
+            v,
+            out,
+            scores,
+            opts,
+            &mut AttentionWorkspace::for_shape(shape),
+        )
+    })
 }

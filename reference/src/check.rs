@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::attention::{attention, AttentionOptions, AttentionShape};
 use crate::softmax::{log_softmax, scores, softmax, MaskedRows};
 
 /// The unit roundoff of f32, `2⁻²⁴`.
@@ -124,6 +125,150 @@ pub fn check_exp(x: &[f32], got: &[f32]) -> Result<(), Mismatch> {
                 exact,
                 bound: f64::NAN,
             });
+        }
+    }
+    Ok(())
+}
+
+/// Half the spacing of the f32 subnormals, 2⁻¹⁵⁰: the absolute rounding error of an f32
+/// operation whose result is subnormal.
+const SUBNORMAL_HALF_ULP: f64 = f32::MIN_POSITIVE as f64 / (1u64 << 24) as f64;
+
+/// Scores above this magnitude may overflow f32 inside a kernel; the bounds exclude them.
+const OVERFLOW_GUARD: f64 = 1e37;
+
+/// Checks the output (and the scores output, if given) of `kernels::attention` against the
+/// documented bound. With `u = 2⁻²⁴`, `A_ij = |scale|·Σ_d |Q_id·K_jd| + |P_ij|`, `σ = 1/(ℓ+1)`
+/// and `E_i = max_j (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|` over the unmasked keys of row `i`:
+///
+/// ```text
+/// |S_ij − Ŝ_ij| ≤ (Dk + 2)·u·A_ij            (scores output, CarriedScores::Raw)
+/// |Z_ij − Ẑ_ij| ≤ (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|   (CarriedScores::Masked; −∞ exactly where masked)
+/// |O_id − Ô_id| ≤ Σ_j ŵ_ij·|V_jd|·((1 + expm1(2E_i))·(1 + (|Ẑ_ij − m̂_i| + 3Lk + 16)·u) − 1)
+///                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
+/// ```
+///
+/// NaN and fully masked rows must match exactly. Where ±∞ in V makes the exact output ±∞,
+/// the kernel gives the same infinity or NaN; where a masked key within the valid length
+/// holds ±∞ or NaN in V, the column may be NaN (a multiplying kernel meets it as `0·∞`). Rows with a score of magnitude ≥ 10³⁷, and
+/// output columns with `Lk·max_j |V_jd| ≥ 10³⁷`, are not checked: the f32 computation may
+/// overflow there (the scores, or the unnormalized sum `Σ p·V`), which the bound excludes.
+pub fn check_attention(
+    shape: &AttentionShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    opts: &AttentionOptions,
+    out: &[f32],
+    scores: Option<&[f32]>,
+) -> Result<(), Mismatch> {
+    let res = attention(shape, q, k, v, opts);
+    let AttentionShape {
+        batch,
+        heads,
+        kv_heads,
+        q_len,
+        kv_len,
+        head_dim,
+        value_dim,
+    } = *shape;
+    assert_eq!(out.len(), res.out.len(), "`out` must have the length of the output");
+    let group = heads / kv_heads;
+    let dk = head_dim as f64;
+    let lk = kv_len as f64;
+    let sigma = res.mean_factor;
+    for b in 0..batch {
+        let valid = opts.key_lengths.map_or(kv_len, |l| l[b].min(kv_len));
+        for h in 0..heads {
+            let hk = h / group;
+            let vrow = |j: usize| &v[((b * kv_heads + hk) * kv_len + j) * value_dim..][..value_dim];
+            for i in 0..q_len {
+                let row = ((b * heads + h) * q_len + i) * kv_len;
+                let unmasked = |j: &usize| res.masked_scores[row + j] != f64::NEG_INFINITY;
+                let guarded = (0..kv_len).any(|j| {
+                    res.magnitude[row + j] >= OVERFLOW_GUARD
+                        || res.masked_scores[row + j].abs() >= OVERFLOW_GUARD && unmasked(&j)
+                });
+                if guarded {
+                    continue;
+                }
+                if let Some(scores) = scores {
+                    for j in 0..kv_len {
+                        let (got, exact, a) = (scores[row + j], res.scores[row + j], res.magnitude[row + j]);
+                        if !exact.is_finite() {
+                            exact_match(row + j, got, exact)?;
+                            continue;
+                        }
+                        let bound = if opts.carry_masked {
+                            (dk + 4.0) * U * sigma * a + 2.0 * U * exact.abs()
+                        } else {
+                            (dk + 2.0) * U * a
+                        };
+                        if !((got as f64 - exact).abs() <= bound) {
+                            return Err(Mismatch {
+                                index: row + j,
+                                got,
+                                exact,
+                                bound,
+                            });
+                        }
+                    }
+                }
+                let e = (0..kv_len)
+                    .filter(unmasked)
+                    .map(|j| {
+                        (dk + 4.0) * U * sigma * res.magnitude[row + j] + 2.0 * U * res.masked_scores[row + j].abs()
+                    })
+                    .fold(0.0, f64::max);
+                let m = (0..kv_len)
+                    .filter(unmasked)
+                    .map(|j| res.masked_scores[row + j])
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let orow = ((b * heads + h) * q_len + i) * value_dim;
+                for d in 0..value_dim {
+                    let (got, exact) = (out[orow + d], res.out[orow + d]);
+                    if got.is_nan() && !exact.is_nan() {
+                        // A non-finite V meets a weight of 0 (masked, or underflowed) as NaN:
+                        // allowed where the exact output is infinite, or where a masked key
+                        // within the valid length holds a non-finite V in this column.
+                        let masked_non_finite = (0..valid)
+                            .any(|j| res.masked_scores[row + j] == f64::NEG_INFINITY && !vrow(j)[d].is_finite());
+                        if exact.is_infinite() || masked_non_finite {
+                            continue;
+                        }
+                    }
+                    if !exact.is_finite() || m == f64::NEG_INFINITY {
+                        exact_match(orow + d, got, exact)?;
+                        continue;
+                    }
+                    let mut bound = 0.0;
+                    let mut vmax = 0.0f64;
+                    for j in 0..valid {
+                        let vj = (vrow(j)[d] as f64).abs();
+                        vmax = vmax.max(vj);
+                        let w = res.weights[row + j];
+                        if w > 0.0 && vj > 0.0 {
+                            let z = res.masked_scores[row + j];
+                            let rel = (1.0 + (2.0 * e).exp_m1()) * (1.0 + ((z - m).abs() + 3.0 * lk + 16.0) * U) - 1.0;
+                            bound += w * vj * rel;
+                        }
+                    }
+                    if vmax * lk >= OVERFLOW_GUARD {
+                        // The unnormalized sum Σ p·V may overflow f32; the bound excludes it.
+                        continue;
+                    }
+                    // Flushed weights, and roundings in the subnormal range (≤ 2⁻¹⁵⁰ each).
+                    bound += lk * f32::MIN_POSITIVE as f64 * vmax + (3.0 * lk + 16.0) * SUBNORMAL_HALF_ULP;
+                    if !((got as f64 - exact).abs() <= bound) {
+                        return Err(Mismatch {
+                            index: orow + d,
+                            got,
+                            exact,
+                            bound,
+                        });
+                    }
+                }
+            }
         }
     }
     Ok(())

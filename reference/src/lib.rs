@@ -12,11 +12,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attention;
 mod check;
 mod softmax;
 mod ulp;
 
-pub use check::{check_exp, check_softmax, Mismatch, U};
+pub use attention::{attention, AttentionOptions, AttentionResult, AttentionShape, MaskShape};
+pub use check::{check_attention, check_exp, check_softmax, Mismatch, U};
 pub use softmax::{log_softmax, scores, softmax, MaskedRows};
 pub use ulp::{fma_f32, ulp_distance, ulp_error};
 

@@ -1,0 +1,452 @@
+//! The fused attention body, generic over [`Simd`] and the register tile `MR × NV`.
+//!
+//! Per `(b, kv head)`: pack K into key tiles `[tile][d][NR]` and V into rows of `dv_pad`
+//! floats. Per query head and block of `MR` query rows: for each key tile, the `MR × NR`
+//! scores live in `MR·NV` vector registers; they are turned into the tile's `exp(z − m)`
+//! (stored in a small L1 buffer, `MR × NR`) while each row's max `m` and vector of partial
+//! sums are updated online; then `p·V` is accumulated into the block's output rows
+//! (`MR × dv_pad`, also L1), each rescaled by `exp(m_old − m_new)` as it is loaded. See the
+//! [module docs](super) for semantics and bounds.
+
+use std::array;
+
+use super::{AttentionCall, AttentionShape};
+use crate::math::exp::exp_nonpositive;
+use crate::simd::Simd;
+use crate::MaskedRows;
+
+/// The register tile of each ISA: `MR` query rows by `NV` vectors of keys (in `Q·Kᵀ`) or of
+/// value columns (in `p·V`), i.e. `MR·NV` accumulators plus `NV` loaded vectors and one
+/// broadcast, sized to the register file.
+pub(crate) trait Tile: Simd {
+    /// # Safety
+    /// As [`run`].
+    unsafe fn attention(self, call: &AttentionCall);
+}
+
+macro_rules! tile {
+    ($simd:ty, $mr:literal, $nv:literal, $why:literal) => {
+        #[doc = $why]
+        impl Tile for $simd {
+            #[inline(always)]
+            unsafe fn attention(self, call: &AttentionCall) {
+                // SAFETY: forwarded from the caller.
+                unsafe { run::<Self, $mr, $nv>(self, call) }
+            }
+        }
+    };
+}
+
+tile!(
+    crate::simd::scalar::Scalar,
+    4,
+    4,
+    "16 accumulators: what 16 general FP registers hold without spilling."
+);
+#[cfg(target_arch = "x86_64")]
+tile!(
+    crate::simd::avx2::Avx2,
+    6,
+    2,
+    "12 of 16 ymm registers as accumulators, 16 keys per tile."
+);
+#[cfg(target_arch = "x86_64")]
+tile!(
+    crate::simd::avx512::Avx512,
+    12,
+    2,
+    "24 of 32 zmm registers as accumulators, 32 keys per tile."
+);
+#[cfg(target_arch = "aarch64")]
+tile!(
+    crate::simd::neon::Neon,
+    6,
+    4,
+    "24 of 32 q registers as accumulators, 16 keys per tile."
+);
+
+/// Upper bounds of `MR` and `NR = NV·LANES` over the ISAs, which size the workspace the same
+/// way for all of them.
+const MAX_MR: usize = 16;
+const MAX_NR: usize = 64;
+
+/// Floats of workspace any ISA needs for `shape`: K tiles and V rows of one kv head, padded
+/// to `MAX_NR` keys and value columns, plus one block's output rows and probability tile.
+pub(super) fn workspace_len(shape: &AttentionShape) -> Option<usize> {
+    let keys = shape.kv_len.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
+    let dv_pad = shape.value_dim.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
+    let k = keys.checked_mul(shape.head_dim)?;
+    let v = keys.checked_mul(dv_pad)?;
+    let block = MAX_MR.checked_mul(dv_pad.checked_add(MAX_NR)?)?;
+    k.checked_add(v)?.checked_add(block)
+}
+
+/// Runs a whole attention call.
+///
+/// # Safety
+/// `call` must be validated by `Kernels::attention`: every pointer covers what its shape
+/// gives, outputs are distinct from inputs, the workspace holds `workspace_len` floats.
+#[inline(always)]
+pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &AttentionCall) {
+    let AttentionShape {
+        batch,
+        heads,
+        kv_heads,
+        q_len,
+        kv_len,
+        head_dim: dk,
+        value_dim: dv,
+    } = c.shape;
+    let nr = NV * S::LANES;
+    let tiles = kv_len.div_ceil(nr);
+    let dv_pad = dv.div_ceil(nr) * nr;
+    let group = heads / kv_heads;
+    // Workspace: K tiles, V rows, then the block's output rows and probability tile.
+    let kp = c.workspace;
+    // SAFETY (workspace offsets): `tiles·nr ≤ ⌈Lk/MAX_NR⌉·MAX_NR` because `nr` divides
+    // `MAX_NR`, and `dv_pad ≤` the padded `Dv` of `workspace_len`, so every region fits.
+    let vp = unsafe { kp.add(tiles * nr * dk) };
+    let o_acc = unsafe { vp.add(tiles * nr * dv_pad) };
+    let p_tile = unsafe { o_acc.add(MR * dv_pad) };
+    for b in 0..batch {
+        // SAFETY: `key_lengths` has `B` entries when present.
+        let valid = if c.key_lengths.is_null() {
+            kv_len
+        } else {
+            unsafe { *c.key_lengths.add(b) }
+        };
+        for hk in 0..kv_heads {
+            let bh = b * kv_heads + hk;
+            // Scores are asked for everywhere, padding included: pack all keys then.
+            let packed = if c.scores.is_null() { valid } else { kv_len };
+            // SAFETY: K and V of `(b, hk)` hold `Lk` rows; the workspace regions hold the
+            // padded tiles (see above).
+            unsafe {
+                pack_k(c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
+                pack_v(c.v.add(bh * kv_len * dv), vp, valid, tiles * nr, dv, dv_pad);
+            }
+            for h in hk * group..(hk + 1) * group {
+                let mut i0 = 0;
+                while i0 < q_len {
+                    let block = Block {
+                        b,
+                        h,
+                        i0,
+                        rows: MR.min(q_len - i0),
+                        valid,
+                        nr,
+                        tiles,
+                        dv_pad,
+                        kp,
+                        vp,
+                        o_acc,
+                        p_tile,
+                    };
+                    // SAFETY: forwarded; the block lies inside `(b, h)`.
+                    unsafe { block.run::<S, MR, NV>(s, c) };
+                    i0 += MR;
+                }
+            }
+        }
+    }
+}
+
+/// Packs keys `0..count` of one head into tiles `[tile][d][nr]`, zero past `count`.
+///
+/// # Safety
+/// `k` holds `count` rows of `dk`; `kp` holds `tiles·nr·dk` floats.
+#[inline(always)]
+unsafe fn pack_k(k: *const f32, kp: *mut f32, count: usize, tiles: usize, nr: usize, dk: usize) {
+    for t in 0..tiles {
+        for jj in 0..nr {
+            let j = t * nr + jj;
+            for d in 0..dk {
+                // SAFETY: `j < count` rows are read; writes stay inside tile `t`.
+                unsafe { *kp.add((t * dk + d) * nr + jj) = if j < count { *k.add(j * dk + d) } else { 0.0 } };
+            }
+        }
+    }
+}
+
+/// Copies value rows `0..count` into rows of `dv_pad` floats, zero elsewhere up to `keys`.
+///
+/// # Safety
+/// `v` holds `count` rows of `dv`; `vp` holds `keys·dv_pad` floats.
+#[inline(always)]
+unsafe fn pack_v(v: *const f32, vp: *mut f32, count: usize, keys: usize, dv: usize, dv_pad: usize) {
+    for j in 0..keys {
+        // SAFETY: rows `j < count` of `v` are read; row `j` of `vp` is written.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(vp.add(j * dv_pad), dv_pad);
+            if j < count {
+                dst[..dv].copy_from_slice(std::slice::from_raw_parts(v.add(j * dv), dv));
+                dst[dv..].fill(0.0);
+            } else {
+                dst.fill(0.0);
+            }
+        }
+    }
+}
+
+/// One block of up to `MR` query rows of head `(b, h)`.
+struct Block {
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    valid: usize,
+    nr: usize,
+    tiles: usize,
+    dv_pad: usize,
+    kp: *const f32,
+    vp: *const f32,
+    o_acc: *mut f32,
+    p_tile: *mut f32,
+}
+
+impl Block {
+    /// # Safety
+    /// As [`run`]; the block's rows lie inside head `(b, h)`.
+    #[inline(always)]
+    unsafe fn run<S: Simd, const MR: usize, const NV: usize>(&self, s: S, c: &AttentionCall) {
+        let AttentionShape {
+            heads,
+            q_len,
+            kv_len,
+            head_dim: dk,
+            value_dim: dv,
+            ..
+        } = c.shape;
+        let lanes = S::LANES;
+        let nr = self.nr;
+        let neg_inf = s.splat(f32::NEG_INFINITY);
+        // Rows past the end of Q repeat the last row: the micro-kernels always run `MR` rows,
+        // and nothing of the extra rows is written out.
+        let row = |r: usize| self.i0 + r.min(self.rows - 1);
+        let head_row = (self.b * heads + self.h) * q_len;
+        // SAFETY: `row(r) < Lq`, so each pointer is a row of Q of head `(b, h)`.
+        let q_rows: [*const f32; MR] = array::from_fn(|r| unsafe { c.q.add((head_row + row(r)) * dk) });
+        // Keys row `r` may see: `allowed[r]` is one past the last (padding, causality, Lk).
+        let allowed: [usize; MR] = array::from_fn(|r| {
+            let limit = if c.causal {
+                (row(r) + kv_len).saturating_sub(q_len - 1).min(kv_len)
+            } else {
+                kv_len
+            };
+            limit.min(self.valid)
+        });
+        // Tiles the softmax must visit: up to the last key any row sees.
+        let live_tiles = allowed.iter().max().map_or(0, |&a| a.div_ceil(nr));
+        let score_tiles = if c.scores.is_null() { live_tiles } else { self.tiles };
+
+        let mut max = [f32::NEG_INFINITY; MR];
+        let mut sums = [s.splat(0.0); MR];
+        // SAFETY: the block's output rows hold `MR·dv_pad` floats of workspace.
+        unsafe { std::slice::from_raw_parts_mut(self.o_acc, MR * self.dv_pad).fill(0.0) };
+
+        for t in 0..score_tiles {
+            let j0 = t * nr;
+            // SAFETY: tile `t` of the packed keys holds `dk·nr` floats.
+            let mut z = unsafe { qk_tile::<S, MR, NV>(s, &q_rows, self.kp.add(t * dk * nr), dk) };
+            let live = t < live_tiles;
+            for (r, zr) in z.iter_mut().enumerate() {
+                let i = row(r);
+                let at = (head_row + i) * kv_len + j0;
+                let mask_row = if c.mask.is_null() {
+                    std::ptr::null()
+                } else {
+                    // SAFETY: the strides were derived from the mask's validated shape.
+                    unsafe {
+                        c.mask
+                            .add(self.b * c.mask_batch_stride + self.h * c.mask_head_stride + i * kv_len + j0)
+                    }
+                };
+                for (v, zv) in zr.iter_mut().enumerate() {
+                    let jv = v * lanes;
+                    // Lanes inside `Lk`, and lanes this row may see.
+                    let in_range = kv_len.saturating_sub(j0 + jv).min(lanes);
+                    let seen = allowed[r].saturating_sub(j0 + jv).min(lanes);
+                    if in_range == 0 {
+                        // Past `Lk`: no score, no pointer (it could point past the buffers).
+                        *zv = neg_inf;
+                        continue;
+                    }
+                    // SAFETY: every access below covers `in_range` lanes from `at + jv`,
+                    // inside row `i` of the scores, `P` or the mask.
+                    unsafe {
+                        let load = |p: *const f32| {
+                            if in_range == lanes {
+                                s.load(p)
+                            } else {
+                                s.load_partial(p, in_range, 0.0)
+                            }
+                        };
+                        let store = |p: *mut f32, x: S::V| {
+                            if r < self.rows {
+                                if in_range == lanes {
+                                    s.store(p, x)
+                                } else {
+                                    s.store_partial(p, in_range, x)
+                                }
+                            }
+                        };
+                        let mut sv = if c.prev.is_null() {
+                            s.mul(*zv, s.splat(c.scale))
+                        } else {
+                            s.mul_add(*zv, s.splat(c.scale), load(c.prev.add(at + jv)))
+                        };
+                        if !c.scores.is_null() && !c.carry_masked {
+                            store(c.scores.add(at + jv), sv);
+                        }
+                        if !live && (c.scores.is_null() || !c.carry_masked) {
+                            continue;
+                        }
+                        if let Some(f) = c.mean_factor {
+                            sv = s.mul(sv, s.splat(f));
+                        }
+                        if !mask_row.is_null() {
+                            let m = load(mask_row.add(jv));
+                            sv = s.select(s.eq(m, neg_inf), neg_inf, s.add(sv, m));
+                        }
+                        if seen < lanes {
+                            sv = s.select(s.first_lanes(seen), sv, neg_inf);
+                        }
+                        if !c.scores.is_null() && c.carry_masked {
+                            store(c.scores.add(at + jv), sv);
+                        }
+                        *zv = sv;
+                    }
+                }
+            }
+            if !live {
+                continue;
+            }
+            // Online softmax: new maxima, the tile's `exp(z − m)`, rescaled sums.
+            let mut alpha = [s.splat(1.0); MR];
+            for r in 0..MR {
+                let tile_max = z[r].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(s.reduce_max(v)));
+                let new_max = max[r].max(tile_max);
+                // While a row has seen only −∞, subtract 0 so that −∞ − m is not NaN.
+                let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+                alpha[r] = exp_nonpositive(s, s.splat(max[r] - shift));
+                max[r] = new_max;
+                let mut sum = s.mul(sums[r], alpha[r]);
+                for (v, &zv) in z[r].iter().enumerate() {
+                    let p = exp_nonpositive(s, s.sub(zv, s.splat(shift)));
+                    // SAFETY: the probability tile holds `MR·nr` floats.
+                    unsafe { s.store(self.p_tile.add(r * nr + v * lanes), p) };
+                    sum = s.add(sum, p);
+                }
+                sums[r] = sum;
+            }
+            // SAFETY: the V rows of tile `t` and the block's buffers are in the workspace.
+            unsafe {
+                pv_tile::<S, MR, NV>(
+                    s,
+                    self.p_tile,
+                    self.vp.add(j0 * self.dv_pad),
+                    self.o_acc,
+                    &alpha,
+                    nr,
+                    self.dv_pad,
+                    dv,
+                )
+            };
+        }
+
+        // Normalize and write the block's rows of O.
+        for r in 0..self.rows {
+            let i = row(r);
+            // SAFETY: row `i` of O of head `(b, h)` holds `dv` floats; the output row in the
+            // workspace `dv_pad ≥ dv`.
+            let out = unsafe { std::slice::from_raw_parts_mut(c.out.add((head_row + i) * dv), dv) };
+            let sum = s.reduce_add(sums[r]);
+            if max[r] == f32::NEG_INFINITY && !sum.is_nan() {
+                out.fill(match c.masked_rows {
+                    MaskedRows::Zero => 0.0,
+                    MaskedRows::Nan => f32::NAN,
+                });
+                continue;
+            }
+            let inv = s.splat(1.0 / sum);
+            // SAFETY: as above.
+            unsafe {
+                crate::math::map_row(s, self.o_acc.add(r * self.dv_pad), out.as_mut_ptr(), dv, |o| {
+                    s.mul(o, inv)
+                })
+            };
+        }
+    }
+}
+
+/// The `MR × NV·LANES` tile of `Q·Kᵀ`: row `r` of Q against `NV·LANES` packed keys.
+///
+/// # Safety
+/// Each `q[r]` holds `dk` floats; `kp` holds `dk·NV·LANES` floats laid out `[d][key]`.
+#[inline(always)]
+unsafe fn qk_tile<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    q: &[*const f32; MR],
+    kp: *const f32,
+    dk: usize,
+) -> [[S::V; NV]; MR] {
+    let nr = NV * S::LANES;
+    let mut acc = [[s.splat(0.0); NV]; MR];
+    for d in 0..dk {
+        // SAFETY: `d < dk` and `v·LANES < nr`, inside the tile and the rows of Q.
+        unsafe {
+            let k: [S::V; NV] = array::from_fn(|v| s.load(kp.add(d * nr + v * S::LANES)));
+            for r in 0..MR {
+                let qv = s.splat(*q[r].add(d));
+                for v in 0..NV {
+                    acc[r][v] = s.mul_add(qv, k[v], acc[r][v]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// `o[r] = alpha[r]·o[r] + Σ_j p[r][j]·V[j]` for the `MR` rows of the block, `NV` vectors of
+/// value columns at a time.
+///
+/// # Safety
+/// `p` holds `MR·nr` floats, `vp` holds `nr` rows of `dv_pad`, `o` holds `MR` rows of
+/// `dv_pad`; `dv ≤ dv_pad`, and `dv_pad` is a multiple of `NV·LANES`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    p: *const f32,
+    vp: *const f32,
+    o: *mut f32,
+    alpha: &[S::V; MR],
+    nr: usize,
+    dv_pad: usize,
+    dv: usize,
+) {
+    let width = NV * S::LANES;
+    let mut c0 = 0;
+    while c0 < dv {
+        // SAFETY: columns `c0..c0 + width ≤ dv_pad` of the rows named in the contract.
+        unsafe {
+            let mut acc: [[S::V; NV]; MR] =
+                array::from_fn(|r| array::from_fn(|v| s.mul(s.load(o.add(r * dv_pad + c0 + v * S::LANES)), alpha[r])));
+            for j in 0..nr {
+                let vv: [S::V; NV] = array::from_fn(|v| s.load(vp.add(j * dv_pad + c0 + v * S::LANES)));
+                for r in 0..MR {
+                    let pr = s.splat(*p.add(r * nr + j));
+                    for v in 0..NV {
+                        acc[r][v] = s.mul_add(pr, vv[v], acc[r][v]);
+                    }
+                }
+            }
+            for (r, row) in acc.iter().enumerate() {
+                for (v, &x) in row.iter().enumerate() {
+                    s.store(o.add(r * dv_pad + c0 + v * S::LANES), x);
+                }
+            }
+        }
+        c0 += width;
+    }
+}

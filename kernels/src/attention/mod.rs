@@ -1,0 +1,354 @@
+//! Scaled-dot-product attention with an additive mask and RealFormer residual scores.
+//!
+//! # Semantics
+//!
+//! Shapes `Q[B,H,Lq,Dk]`, `K[B,Hkv,Lk,Dk]`, `V[B,Hkv,Lk,Dv]`, `O[B,H,Lq,Dv]`, scores
+//! `[B,H,Lq,Lk]`, all row-major. `H` is a multiple of `Hkv`: query head `h` reads key/value
+//! head `h / (H/Hkv)` (multi-query and grouped-query attention).
+//!
+//! ```text
+//! S = scale·Q·Kᵀ + P        scale defaults to 1/√Dk; P = the previous layer's S (optional)
+//! L = S/(ℓ+1)               with the running-mean option (layer ℓ), else L = S
+//! Z = L + M                 −∞ wherever M = −∞, j ≥ key_lengths[b], or (causal) j > i + Lk − Lq
+//! O = softmax_j(Z)·V
+//! ```
+//!
+//! - The scores output, when asked for, receives `S` (pre-mask: the official RealFormer
+//!   recurrence, the next layer's `P`), or `Z` with [`CarriedScores::Masked`] (x-transformers,
+//!   older bert4keras). It is written for every key, padded or not.
+//! - Causal masking is bottom-right aligned: query `i` sees keys `j ≤ i + Lk − Lq`, so the last
+//!   query sees every key (the KV-cache convention, PyTorch's `causal_lower_right`). PyTorch's
+//!   `is_causal=True` is top-left aligned (`j ≤ i`); the two agree when `Lq = Lk`.
+//! - Masked positions contribute nothing, even where `Q·K` is NaN. Keys past
+//!   `key_lengths[b]` are padding: their V rows are never read. Keys masked by `M` or by
+//!   causality get weight 0, and their V rows may be multiplied by it: where such a row holds
+//!   ±∞ or NaN, the output columns it meets may be NaN (`0·∞`). Keep masked V rows finite, or
+//!   mask them with `key_lengths`.
+//! - A fully masked row gives `O = 0` ([`MaskedRows::Zero`], the default) or NaN. A mask floor
+//!   that is finite (say −10000) is not a mask: a row masked by it everywhere averages V.
+//! - A NaN or +∞ among a row's unmasked `Z` makes that row of `O` NaN. ±∞ in V gives ±∞ or
+//!   NaN in the output columns it reaches (a weight that underflows to 0 meets it as `0·∞`).
+//!
+//! # Error bound
+//!
+//! With `u = 2⁻²⁴`, hats for exact values, `A_ij = |scale|·Σ_d |Q_id·K_jd| + |P_ij|` (the
+//! magnitude the score is computed from), `σ = 1/(ℓ+1)` (1 without running mean) and, per row,
+//! `E_i = max over unmasked j of (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|` (the error of the scores):
+//!
+//! ```text
+//! |S_ij − Ŝ_ij| ≤ (Dk + 2)·u·A_ij                      (scores output, CarriedScores::Raw)
+//! |Z_ij − Ẑ_ij| ≤ (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|          (CarriedScores::Masked)
+//! |O_id − Ô_id| ≤ Σ_j ŵ_ij·|V_jd| · ((1 + expm1(2E_i))·(1 + (|Ẑ_ij − m̂_i| + 3Lk + 16)·u) − 1)
+//!                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
+//! ```
+//!
+//! where `ŵ_ij` are the exact softmax weights. The dot product over `Dk` accumulates in f32
+//! (`Dk·u·A`); the scale, `P`, `ℓ` and `M` each round once; a perturbation `ε` of the scores
+//! moves each weight by at most a factor `exp(±2·max|ε|)`; `exp` is within 1 ulp; every key
+//! adds one rounding to the `P·V` sums and the row sums, and every key tile one rescaling;
+//! weights below 2⁻¹²⁶ may be flushed, and a rounding in the subnormal range errs by up to
+//! 2⁻¹⁵⁰ absolute (the last two terms).
+//! The bound assumes nothing overflows f32 on the way: scores with `A_ij < 10³⁷`, and
+//! `Lk·max_j |V_jd| < 10³⁷` (the online softmax accumulates `Σ p·V` before dividing by the
+//! sum, so a value column near `f32::MAX` may overflow to ±∞ although the average would not).
+//! `reference::check_attention` states the same bound as code.
+//!
+//! # Algorithm
+//!
+//! FlashAttention-style, one pass over the keys per block of query rows:
+//!
+//! 1. per `(b, kv head)`, K is packed into key tiles laid out `[d][key]` and V into rows
+//!    padded to whole vectors (zeros past `key_lengths[b]`), in the workspace;
+//! 2. per query head in the group and block of `MR` query rows, for each tile of `NR` keys:
+//!    a register-blocked micro-kernel computes the `MR × NR` score tile of `Q·Kᵀ`
+//!    (`MR × NR/LANES` accumulators, one broadcast of `Q` per FMA row); scale, `P`, `ℓ`, the
+//!    mask, padding and causality are applied to the tile in registers, the scores written
+//!    from it when asked; the online softmax updates each row's max and sum; a second
+//!    micro-kernel accumulates `p·V` into the block's output rows, rescaled by
+//!    `exp(m_old − m_new)` on the way;
+//! 3. the block's output rows are divided by their sums.
+//!
+//! Nothing of size `Lq × Lk` touches memory unless `P` or the scores are asked for. Key tiles
+//! past the last key any row of the block may see (padding, causality) are skipped, not
+//! masked, unless the scores output needs them.
+
+mod flash;
+
+use crate::dispatch::Kernels;
+use crate::{Error, MaskedRows};
+
+pub(crate) use flash::Tile;
+
+/// Shapes of an attention call (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// `B`.
+    pub batch: usize,
+    /// `H`, the query heads.
+    pub heads: usize,
+    /// `Hkv`, the key/value heads; `H` must be a multiple of it.
+    pub kv_heads: usize,
+    /// `Lq`, the queries per head.
+    pub q_len: usize,
+    /// `Lk`, the keys per head.
+    pub kv_len: usize,
+    /// `Dk`, the dimension of queries and keys (≥ 1).
+    pub head_dim: usize,
+    /// `Dv`, the dimension of values and outputs (≥ 1).
+    pub value_dim: usize,
+}
+
+impl AttentionShape {
+    /// `B` sequences, `H` heads of their own K and V, `L` queries and keys of dimension `D`.
+    pub fn self_attention(batch: usize, heads: usize, len: usize, dim: usize) -> Self {
+        AttentionShape {
+            batch,
+            heads,
+            kv_heads: heads,
+            q_len: len,
+            kv_len: len,
+            head_dim: dim,
+            value_dim: dim,
+        }
+    }
+}
+
+/// Which scores an additive mask covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskShape {
+    /// `[Lq, Lk]`, broadcast over B and H.
+    Shared,
+    /// `[B, 1, Lq, Lk]`, broadcast over H.
+    PerBatch,
+    /// `[B, H, Lq, Lk]`.
+    PerHead,
+}
+
+/// An additive f32 mask: −∞ masks a position, finite values bias it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdditiveMask<'a> {
+    /// The values, row-major in the layout `shape` names.
+    pub values: &'a [f32],
+    /// Which of the broadcastable layouts `values` has.
+    pub shape: MaskShape,
+}
+
+/// Which scores the scores output carries to the next layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CarriedScores {
+    /// `S = scale·Q·Kᵀ + P`, before the running mean and the mask (the RealFormer paper).
+    #[default]
+    Raw,
+    /// `Z`, after the running mean and the mask (−∞ where masked).
+    Masked,
+}
+
+/// Options of [`attention`](crate::attention()); `Default` gives plain scaled-dot-product
+/// attention.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AttentionOptions<'a> {
+    /// Multiplies `Q·Kᵀ`; `None` means `1/√Dk`. Must be finite.
+    pub scale: Option<f32>,
+    /// An additive mask.
+    pub mask: Option<AdditiveMask<'a>>,
+    /// Valid keys per batch (`B` entries, each ≤ `Lk`): keys past them are padding.
+    pub key_lengths: Option<&'a [usize]>,
+    /// Bottom-right aligned causal masking: query `i` sees keys `j ≤ i + Lk − Lq`.
+    pub causal: bool,
+    /// The previous layer's scores `P[B,H,Lq,Lk]`, added before the softmax.
+    pub prev_scores: Option<&'a [f32]>,
+    /// RealFormer's running-mean variant: the softmax sees `S/(ℓ+1)` for layer `ℓ`.
+    pub running_mean_layer: Option<u32>,
+    /// What the scores output receives.
+    pub carried: CarriedScores,
+    /// The policy for fully masked rows.
+    pub masked_rows: MaskedRows,
+}
+
+/// Reusable scratch memory of [`Kernels::attention`]: packed K and V of one head and the
+/// running state of one block of query rows. It grows to the largest call it has served and
+/// is never shrunk, so a long-lived workspace makes every call allocation-free.
+#[derive(Debug, Default, Clone)]
+pub struct AttentionWorkspace {
+    buf: Vec<f32>,
+}
+
+impl AttentionWorkspace {
+    /// An empty workspace; the first call sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A workspace already large enough for calls of `shape`.
+    pub fn for_shape(shape: &AttentionShape) -> Self {
+        let mut ws = Self::new();
+        if let Some(len) = flash::workspace_len(shape) {
+            ws.buf.resize(len, 0.0);
+        }
+        ws
+    }
+
+    /// Grows the buffer to `len` floats if needed and returns it.
+    fn reserve(&mut self, len: usize) -> &mut [f32] {
+        if self.buf.len() < len {
+            self.buf.resize(len, 0.0);
+        }
+        &mut self.buf[..len]
+    }
+}
+
+/// A validated call, in the raw form the per-ISA entry points take.
+#[derive(Clone, Copy)]
+pub(crate) struct AttentionCall {
+    pub shape: AttentionShape,
+    pub q: *const f32,
+    pub k: *const f32,
+    pub v: *const f32,
+    pub out: *mut f32,
+    /// Null when not asked for.
+    pub scores: *mut f32,
+    /// Null when absent.
+    pub prev: *const f32,
+    /// Null when absent.
+    pub mask: *const f32,
+    /// Elements between the masks of consecutive batches and heads (0 where broadcast).
+    pub mask_batch_stride: usize,
+    pub mask_head_stride: usize,
+    /// Null when absent (then every key is valid).
+    pub key_lengths: *const usize,
+    pub causal: bool,
+    pub scale: f32,
+    /// `1/(ℓ+1)`, or `None` without running mean.
+    pub mean_factor: Option<f32>,
+    pub carry_masked: bool,
+    pub masked_rows: MaskedRows,
+    pub workspace: *mut f32,
+}
+
+/// `a·b·…`, or an error naming `arg` if it overflows `usize`.
+fn product(arg: &'static str, dims: &[usize]) -> Result<usize, Error> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::shape(arg, "a size that fits in memory", format!("{dims:?} elements")))
+}
+
+fn check_len(arg: &'static str, what: &str, expected: usize, actual: usize) -> Result<(), Error> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::shape(arg, format!("length {expected} ({what})"), actual))
+    }
+}
+
+impl Kernels {
+    /// Attention into `out`, with an explicit workspace. See [`attention`](crate::attention()).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        shape: &AttentionShape,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        scores: Option<&mut [f32]>,
+        opts: &AttentionOptions,
+        workspace: &mut AttentionWorkspace,
+    ) -> Result<(), Error> {
+        let AttentionShape {
+            batch: b,
+            heads: h,
+            kv_heads: hkv,
+            q_len: lq,
+            kv_len: lk,
+            head_dim: dk,
+            value_dim: dv,
+        } = *shape;
+        if dk == 0 {
+            return Err(Error::shape("shape.head_dim", "at least 1", 0));
+        }
+        if dv == 0 {
+            return Err(Error::shape("shape.value_dim", "at least 1", 0));
+        }
+        if hkv == 0 || h % hkv != 0 {
+            return Err(Error::shape("shape.kv_heads", format!("a divisor of heads = {h}"), hkv));
+        }
+        check_len("q", "B·H·Lq·Dk", product("q", &[b, h, lq, dk])?, q.len())?;
+        check_len("k", "B·Hkv·Lk·Dk", product("k", &[b, hkv, lk, dk])?, k.len())?;
+        check_len("v", "B·Hkv·Lk·Dv", product("v", &[b, hkv, lk, dv])?, v.len())?;
+        check_len("out", "B·H·Lq·Dv", product("out", &[b, h, lq, dv])?, out.len())?;
+        let n_scores = product("scores", &[b, h, lq, lk])?;
+        if let Some(s) = &scores {
+            check_len("scores", "B·H·Lq·Lk", n_scores, s.len())?;
+        }
+        if let Some(p) = opts.prev_scores {
+            check_len("prev_scores", "B·H·Lq·Lk", n_scores, p.len())?;
+        }
+        let (mask_batch_stride, mask_head_stride) = match opts.mask {
+            None => (0, 0),
+            Some(AdditiveMask {
+                values,
+                shape: MaskShape::Shared,
+            }) => {
+                check_len("mask", "Lq·Lk for MaskShape::Shared", lq * lk, values.len())?;
+                (0, 0)
+            }
+            Some(AdditiveMask {
+                values,
+                shape: MaskShape::PerBatch,
+            }) => {
+                check_len("mask", "B·Lq·Lk for MaskShape::PerBatch", b * lq * lk, values.len())?;
+                (lq * lk, 0)
+            }
+            Some(AdditiveMask {
+                values,
+                shape: MaskShape::PerHead,
+            }) => {
+                check_len("mask", "B·H·Lq·Lk for MaskShape::PerHead", n_scores, values.len())?;
+                (h * lq * lk, lq * lk)
+            }
+        };
+        if let Some(lens) = opts.key_lengths {
+            check_len("key_lengths", "B", b, lens.len())?;
+            if let Some((i, &len)) = lens.iter().enumerate().find(|(_, &len)| len > lk) {
+                return Err(Error::param(
+                    "key_lengths",
+                    format!("every length ≤ kv_len = {lk}"),
+                    format!("{len} at {i}"),
+                ));
+            }
+        }
+        let scale = opts.scale.unwrap_or(1.0 / (dk as f32).sqrt());
+        if !scale.is_finite() {
+            return Err(Error::param("scale", "a finite number", scale));
+        }
+        let ws_len = flash::workspace_len(shape)
+            .ok_or_else(|| Error::shape("shape", "a workspace size that fits in memory", format!("{shape:?}")))?;
+        if out.is_empty() && scores.as_ref().is_none_or(|s| s.is_empty()) {
+            return Ok(());
+        }
+        let call = AttentionCall {
+            shape: *shape,
+            q: q.as_ptr(),
+            k: k.as_ptr(),
+            v: v.as_ptr(),
+            out: out.as_mut_ptr(),
+            scores: scores.map_or(std::ptr::null_mut(), |s| s.as_mut_ptr()),
+            prev: opts.prev_scores.map_or(std::ptr::null(), |p| p.as_ptr()),
+            mask: opts.mask.map_or(std::ptr::null(), |m| m.values.as_ptr()),
+            mask_batch_stride,
+            mask_head_stride,
+            key_lengths: opts.key_lengths.map_or(std::ptr::null(), |l| l.as_ptr()),
+            causal: opts.causal,
+            scale,
+            mean_factor: opts.running_mean_layer.map(|layer| (1.0 / (layer as f64 + 1.0)) as f32),
+            carry_masked: opts.carried == CarriedScores::Masked,
+            masked_rows: opts.masked_rows,
+            workspace: workspace.reserve(ws_len).as_mut_ptr(),
+        };
+        // SAFETY: the ISA of the table was checked when `self` was made; every pointer covers
+        // the length its shape gives (checked above), the workspace holds `workspace_len`
+        // floats, and `out`/`scores` are exclusive borrows, distinct from the inputs.
+        unsafe { (self.table().attention)(&call) };
+        Ok(())
+    }
+}

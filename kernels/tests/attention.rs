@@ -1,0 +1,519 @@
+//! Attention on every ISA against the f64 oracle, under the documented bound.
+
+mod common;
+
+use common::all_kernels;
+use kernels::{
+    AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Error, Kernels, MaskShape,
+    MaskedRows,
+};
+use proptest::prelude::*;
+
+/// One call: shapes, inputs and options (owned, so proptest can shrink and print it).
+#[derive(Debug, Clone)]
+struct Case {
+    shape: AttentionShape,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    scale: Option<f32>,
+    mask: Option<(Vec<f32>, MaskShape)>,
+    key_lengths: Option<Vec<usize>>,
+    causal: bool,
+    prev: Option<Vec<f32>>,
+    running_mean_layer: Option<u32>,
+    want_scores: bool,
+    carried: CarriedScores,
+    masked_rows: MaskedRows,
+}
+
+impl Case {
+    fn opts(&self) -> AttentionOptions<'_> {
+        AttentionOptions {
+            scale: self.scale,
+            mask: self
+                .mask
+                .as_ref()
+                .map(|(values, shape)| AdditiveMask { values, shape: *shape }),
+            key_lengths: self.key_lengths.as_deref(),
+            causal: self.causal,
+            prev_scores: self.prev.as_deref(),
+            running_mean_layer: self.running_mean_layer,
+            carried: self.carried,
+            masked_rows: self.masked_rows,
+        }
+    }
+
+    fn ref_opts(&self) -> reference::AttentionOptions<'_> {
+        reference::AttentionOptions {
+            scale: self.scale,
+            mask: self.mask.as_ref().map(|(values, shape)| {
+                let shape = match shape {
+                    MaskShape::Shared => reference::MaskShape::Shared,
+                    MaskShape::PerBatch => reference::MaskShape::PerBatch,
+                    MaskShape::PerHead => reference::MaskShape::PerHead,
+                };
+                (values.as_slice(), shape)
+            }),
+            key_lengths: self.key_lengths.as_deref(),
+            causal: self.causal,
+            prev_scores: self.prev.as_deref(),
+            running_mean_layer: self.running_mean_layer,
+            carry_masked: self.carried == CarriedScores::Masked,
+            masked_rows: match self.masked_rows {
+                MaskedRows::Zero => reference::MaskedRows::Zero,
+                MaskedRows::Nan => reference::MaskedRows::Nan,
+            },
+        }
+    }
+
+    fn ref_shape(&self) -> reference::AttentionShape {
+        let s = self.shape;
+        reference::AttentionShape {
+            batch: s.batch,
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            q_len: s.q_len,
+            kv_len: s.kv_len,
+            head_dim: s.head_dim,
+            value_dim: s.value_dim,
+        }
+    }
+
+    fn n_scores(&self) -> usize {
+        let s = self.shape;
+        s.batch * s.heads * s.q_len * s.kv_len
+    }
+
+    /// Runs the kernel; returns `(out, scores)`.
+    fn run(&self, k: &Kernels, ws: &mut AttentionWorkspace) -> (Vec<f32>, Option<Vec<f32>>) {
+        let s = self.shape;
+        let mut out = vec![f32::NAN; s.batch * s.heads * s.q_len * s.value_dim];
+        let mut scores = self.want_scores.then(|| vec![f32::NAN; self.n_scores()]);
+        k.attention(
+            &s,
+            &self.q,
+            &self.k,
+            &self.v,
+            &mut out,
+            scores.as_deref_mut(),
+            &self.opts(),
+            ws,
+        )
+        .unwrap();
+        (out, scores)
+    }
+
+    fn check(&self, k: &Kernels, out: &[f32], scores: Option<&[f32]>) -> Result<(), TestCaseError> {
+        reference::check_attention(
+            &self.ref_shape(),
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.ref_opts(),
+            out,
+            scores,
+        )
+        .map_err(|m| TestCaseError::fail(format!("{}: {m}", k.isa())))
+    }
+}
+
+fn values(len: usize, specials: bool) -> BoxedStrategy<Vec<f32>> {
+    let v = if specials {
+        common::value(3.0).boxed()
+    } else {
+        (-3.0f32..3.0).boxed()
+    };
+    proptest::collection::vec(v, len).boxed()
+}
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![6 => 1usize..=40, 2 => 41usize..=80, 1 => 120usize..=256]
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let dims = (
+        1usize..=2,
+        1usize..=3,
+        1usize..=2,
+        0usize..=40,
+        0usize..=70,
+        dim(),
+        dim(),
+    );
+    let flags = (
+        any::<bool>(),
+        0u8..4,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    (dims, flags, any::<u64>()).prop_flat_map(
+        |((batch, kv_heads, group, q_len, kv_len, head_dim, value_dim), flags, seed)| {
+            let (causal, mask_kind, padded, with_prev, with_scores, running_mean, nan_policy) = flags;
+            let shape = AttentionShape {
+                batch,
+                heads: kv_heads * group,
+                kv_heads,
+                q_len,
+                kv_len,
+                head_dim,
+                value_dim,
+            };
+            let n_scores = batch * shape.heads * q_len * kv_len;
+            let mask_shape = [MaskShape::Shared, MaskShape::PerBatch, MaskShape::PerHead][mask_kind as usize % 3];
+            let mask_len = match mask_shape {
+                MaskShape::Shared => q_len * kv_len,
+                MaskShape::PerBatch => batch * q_len * kv_len,
+                MaskShape::PerHead => n_scores,
+            };
+            let mask_value = prop_oneof![
+                6 => -2.0f32..2.0,
+                2 => Just(f32::NEG_INFINITY),
+                1 => Just(-1e4f32),
+                1 => Just(-1e9f32),
+            ];
+            let specials = seed % 4 == 0;
+            (
+                values(batch * shape.heads * q_len * head_dim, specials),
+                values(batch * kv_heads * kv_len * head_dim, specials),
+                values(batch * kv_heads * kv_len * value_dim, specials),
+                proptest::option::of(proptest::collection::vec(mask_value, mask_len)),
+                proptest::collection::vec(0..=kv_len, batch),
+                values(n_scores, false),
+                prop_oneof![3 => Just(None), 1 => (0.01f32..1.0).prop_map(Some)],
+                0u32..12,
+            )
+                .prop_map(move |(q, k, v, mask, lens, prev, scale, layer)| Case {
+                    shape,
+                    q,
+                    k,
+                    v,
+                    scale,
+                    mask: if mask_kind == 3 {
+                        None
+                    } else {
+                        mask.map(|m| (m, mask_shape))
+                    },
+                    key_lengths: padded.then_some(lens),
+                    causal,
+                    prev: with_prev.then_some(prev),
+                    running_mean_layer: running_mean.then_some(layer),
+                    want_scores: with_scores,
+                    carried: if seed % 3 == 0 {
+                        CarriedScores::Masked
+                    } else {
+                        CarriedScores::Raw
+                    },
+                    masked_rows: if nan_policy { MaskedRows::Nan } else { MaskedRows::Zero },
+                })
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn attention_matches_oracle_on_every_isa(c in case()) {
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            let (out, scores) = c.run(&k, &mut ws);
+            c.check(&k, &out, scores.as_deref())?;
+        }
+    }
+}
+
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+fn plain_case(shape: AttentionShape, seed: u64) -> Case {
+    let (b, h, hkv) = (shape.batch, shape.heads, shape.kv_heads);
+    Case {
+        shape,
+        q: random(b * h * shape.q_len * shape.head_dim, seed),
+        k: random(b * hkv * shape.kv_len * shape.head_dim, seed + 1),
+        v: random(b * hkv * shape.kv_len * shape.value_dim, seed + 2),
+        scale: None,
+        mask: None,
+        key_lengths: None,
+        causal: false,
+        prev: None,
+        running_mean_layer: None,
+        want_scores: false,
+        carried: CarriedScores::Raw,
+        masked_rows: MaskedRows::Zero,
+    }
+}
+
+/// A 12-layer RealFormer chain: each layer adds the previous layer's scores. The kernel's
+/// scores are checked against the oracle layer by layer, and against the exact recurrence
+/// carried in f64 through all 12 layers, where the per-layer bounds add up.
+#[test]
+fn realformer_chain_of_12_layers() {
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 2,
+        kv_heads: 2,
+        q_len: 37,
+        kv_len: 45,
+        head_dim: 24,
+        value_dim: 16,
+    };
+    for k in all_kernels() {
+        let mut ws = AttentionWorkspace::new();
+        let n = 2 * 37 * 45;
+        let mut prev: Option<Vec<f32>> = None;
+        let mut exact = vec![0.0f64; n];
+        let mut allowed = vec![0.0f64; n];
+        for layer in 0..12u64 {
+            let mut c = plain_case(shape, 100 + 7 * layer);
+            c.prev = prev.clone();
+            c.want_scores = true;
+            let (out, scores) = c.run(&k, &mut ws);
+            let scores = scores.unwrap();
+            c.check(&k, &out, Some(&scores))
+                .unwrap_or_else(|e| panic!("layer {layer}: {e}"));
+            // The exact recurrence: S_n = scale·Q·Kᵀ + S_{n−1}, all in f64.
+            let scale = 1.0 / (shape.head_dim as f64).sqrt();
+            for h in 0..2 {
+                for i in 0..37 {
+                    for j in 0..45 {
+                        let qi = &c.q[(h * 37 + i) * 24..][..24];
+                        let kj = &c.k[(h * 45 + j) * 24..][..24];
+                        let dot: f64 = qi.iter().zip(kj).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        let abs: f64 = qi.iter().zip(kj).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                        let at = (h * 37 + i) * 45 + j;
+                        exact[at] += scale * dot;
+                        // This layer's bound on its own rounding, with |P| ≤ |S_{n−1}|.
+                        allowed[at] += 26.0 * reference::U * (scale * abs + exact[at].abs() + 1.0);
+                    }
+                }
+            }
+            for (at, (&got, &want)) in scores.iter().zip(&exact).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() <= allowed[at],
+                    "{} layer {layer} at {at}: {got} vs {want}",
+                    k.isa()
+                );
+            }
+            prev = Some(scores);
+        }
+    }
+}
+
+/// Masked keys contribute nothing even where K is NaN; padded keys are never read at all.
+#[test]
+fn nan_in_masked_out_keys_does_not_leak() {
+    let shape = AttentionShape {
+        batch: 2,
+        heads: 2,
+        kv_heads: 1,
+        q_len: 5,
+        kv_len: 40,
+        head_dim: 8,
+        value_dim: 8,
+    };
+    let mut c = plain_case(shape, 9);
+    // Batch 0: keys ≥ 33 are padding, NaN in both K and V. Batch 1: key 3 masked by −∞ with
+    // NaN in K (its V stays finite: masked keys enter as 0·V).
+    c.key_lengths = Some(vec![33, 40]);
+    for j in 33..40 {
+        c.k[j * 8..][..8].fill(f32::NAN);
+        c.v[j * 8..][..8].fill(f32::NAN);
+    }
+    c.k[(40 + 3) * 8..][..8].fill(f32::NAN);
+    let mut mask = vec![0.0f32; 2 * 5 * 40];
+    for i in 0..5 {
+        mask[(5 + i) * 40 + 3] = f32::NEG_INFINITY;
+    }
+    c.mask = Some((mask, MaskShape::PerBatch));
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        assert!(out.iter().all(|v| v.is_finite()), "{}: {out:?}", k.isa());
+        c.check(&k, &out, None).unwrap();
+    }
+}
+
+/// A fully masked row follows the policy; a finite floor on a whole row averages V.
+#[test]
+fn fully_masked_rows_and_finite_floors() {
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        q_len: 3,
+        kv_len: 20,
+        head_dim: 4,
+        value_dim: 5,
+    };
+    let mut c = plain_case(shape, 3);
+    let mut mask = vec![0.0f32; 3 * 20];
+    mask[..20].fill(f32::NEG_INFINITY); // row 0: fully masked
+    mask[20..40].fill(-1e4); // row 1: a finite floor everywhere
+    c.mask = Some((mask, MaskShape::Shared));
+    for policy in [MaskedRows::Zero, MaskedRows::Nan] {
+        c.masked_rows = policy;
+        for k in all_kernels() {
+            let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+            c.check(&k, &out, None).unwrap();
+            match policy {
+                MaskedRows::Zero => assert_eq!(&out[..5], &[0.0; 5]),
+                MaskedRows::Nan => assert!(out[..5].iter().all(|v| v.is_nan())),
+            }
+            assert!(out[5..].iter().all(|v| v.is_finite()));
+        }
+    }
+    // Causal with Lq > Lk: the first Lq − Lk rows see no key at all.
+    let shape = AttentionShape { q_len: 25, ..shape };
+    let mut c = plain_case(shape, 4);
+    c.causal = true;
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        c.check(&k, &out, None).unwrap();
+        assert!(out[..5 * 5].iter().all(|&v| v == 0.0));
+        assert!(out[5 * 5..].iter().all(|v| v.is_finite() && *v != 0.0));
+    }
+}
+
+/// Bottom-right causal against top-left: with Lq < Lk, query i sees keys 0..=i + Lk − Lq.
+#[test]
+fn causal_is_bottom_right_aligned() {
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        q_len: 2,
+        kv_len: 5,
+        head_dim: 1,
+        value_dim: 1,
+    };
+    let mut c = plain_case(shape, 0);
+    c.q = vec![0.0; 2]; // equal scores: O is the mean of the visible V
+    c.v = vec![1.0, 2.0, 3.0, 4.0, 5.0];
+    c.causal = true;
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        assert!(
+            (out[0] - 2.5).abs() < 1e-6 && (out[1] - 3.0).abs() < 1e-6,
+            "{}: {out:?}",
+            k.isa()
+        );
+    }
+}
+
+#[test]
+fn errors_name_the_argument() {
+    let k = Kernels::best();
+    let shape = AttentionShape {
+        batch: 2,
+        heads: 4,
+        kv_heads: 2,
+        q_len: 3,
+        kv_len: 5,
+        head_dim: 4,
+        value_dim: 6,
+    };
+    let c = plain_case(shape, 1);
+    let mut out = vec![0.0; 2 * 4 * 3 * 6];
+    let mut ws = AttentionWorkspace::new();
+    let call = |shape: &AttentionShape, q: &[f32], kk: &[f32], v: &[f32], out: &mut [f32], opts: &AttentionOptions| {
+        k.attention(shape, q, kk, v, out, None, opts, &mut AttentionWorkspace::new())
+            .unwrap_err()
+    };
+    let d = AttentionOptions::default();
+    let err = call(&shape, &c.q[1..], &c.k, &c.v, &mut out, &d);
+    assert_eq!(err.to_string(), "`q`: expected length 96 (B·H·Lq·Dk), got 95");
+    assert_eq!(call(&shape, &c.q, &c.k[1..], &c.v, &mut out, &d).arg(), Some("k"));
+    assert_eq!(call(&shape, &c.q, &c.k, &c.v[1..], &mut out, &d).arg(), Some("v"));
+    assert_eq!(call(&shape, &c.q, &c.k, &c.v, &mut out[1..], &d).arg(), Some("out"));
+    let bad = AttentionShape { kv_heads: 3, ..shape };
+    assert_eq!(
+        call(&bad, &c.q, &c.k, &c.v, &mut out, &d).to_string(),
+        "`shape.kv_heads`: expected a divisor of heads = 4, got 3"
+    );
+    assert_eq!(
+        call(&AttentionShape { head_dim: 0, ..shape }, &[], &[], &c.v, &mut out, &d).arg(),
+        Some("shape.head_dim")
+    );
+    assert_eq!(
+        call(&AttentionShape { value_dim: 0, ..shape }, &c.q, &c.k, &[], &mut [], &d).arg(),
+        Some("shape.value_dim")
+    );
+    let mask = vec![0.0; 15];
+    let opts = AttentionOptions {
+        mask: Some(AdditiveMask {
+            values: &mask,
+            shape: MaskShape::PerBatch,
+        }),
+        ..d
+    };
+    assert_eq!(
+        call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).to_string(),
+        "`mask`: expected length 30 (B·Lq·Lk for MaskShape::PerBatch), got 15"
+    );
+    let lens = [5, 6];
+    let opts = AttentionOptions {
+        key_lengths: Some(&lens),
+        ..d
+    };
+    assert_eq!(
+        call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).to_string(),
+        "`key_lengths`: expected every length ≤ kv_len = 5, got 6 at 1"
+    );
+    let opts = AttentionOptions {
+        key_lengths: Some(&lens[..1]),
+        ..d
+    };
+    assert_eq!(
+        call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).arg(),
+        Some("key_lengths")
+    );
+    let prev = vec![0.0; 3];
+    let opts = AttentionOptions {
+        prev_scores: Some(&prev),
+        ..d
+    };
+    assert_eq!(
+        call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).arg(),
+        Some("prev_scores")
+    );
+    let opts = AttentionOptions {
+        scale: Some(f32::NAN),
+        ..d
+    };
+    assert!(matches!(
+        call(&shape, &c.q, &c.k, &c.v, &mut out, &opts),
+        Error::Param { arg: "scale", .. }
+    ));
+    let mut scores = vec![0.0; 7];
+    let err = k
+        .attention(&shape, &c.q, &c.k, &c.v, &mut out, Some(&mut scores), &d, &mut ws)
+        .unwrap_err();
+    assert_eq!(err.arg(), Some("scores"));
+    // Empty shapes are fine.
+    let empty = AttentionShape { q_len: 0, ..shape };
+    k.attention(&empty, &[], &c.k, &c.v, &mut [], None, &d, &mut ws)
+        .unwrap();
+}
+
+#[test]
+fn free_function_matches_the_handle() {
+    let shape = AttentionShape::self_attention(1, 2, 33, 16);
+    let c = plain_case(shape, 5);
+    let mut a = vec![0.0; 2 * 33 * 16];
+    kernels::attention(&shape, &c.q, &c.k, &c.v, &mut a, None, &Default::default()).unwrap();
+    let (b, _) = c.run(&Kernels::detected().unwrap(), &mut AttentionWorkspace::new());
+    assert_eq!(a, b);
+}
