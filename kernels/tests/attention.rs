@@ -517,3 +517,32 @@ fn free_function_matches_the_handle() {
     let (b, _) = c.run(&Kernels::detected().unwrap(), &mut AttentionWorkspace::new());
     assert_eq!(a, b);
 }
+
+/// The benchmark's shape class (D = 64, many key tiles and query blocks, GQA), every option
+/// family at once, checked element by element: fast paths must not skip work.
+#[test]
+fn large_shapes_match_oracle() {
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 4,
+        kv_heads: 2,
+        q_len: 300,
+        kv_len: 333,
+        head_dim: 64,
+        value_dim: 64,
+    };
+    for (causal, realformer) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut c = plain_case(shape, 77);
+        c.causal = causal;
+        if realformer {
+            c.prev = Some(random(c.n_scores(), 78));
+            c.want_scores = true;
+            c.key_lengths = Some(vec![300]);
+        }
+        for k in all_kernels() {
+            let (out, scores) = c.run(&k, &mut AttentionWorkspace::new());
+            c.check(&k, &out, scores.as_deref())
+                .unwrap_or_else(|e| panic!("causal {causal} rf {realformer}: {e}"));
+        }
+    }
+}
