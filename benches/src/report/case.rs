@@ -243,6 +243,13 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         max_rel_err: errs[i].map(|e| e.max_rel),
         vs_scalar: Some(samples.speedup(i, scalar)),
         vs_plain: Some(samples.speedup(i, 0)),
+        vs_isa: ctx
+            .kernels
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| 1 + j != i)
+            .map(|(j, k)| (k.isa().to_string(), samples.speedup(i, 1 + j)))
+            .collect(),
         roofline: Some(roof_name(roof_kernels)),
         roofline_ratio: Some(samples.speedup(i, roof) * if use_copy { copy_scale } else { 1.0 }),
         roofline_ns_per_iter: Some(samples.median(roof) * if use_copy { copy_scale } else { 1.0 }),

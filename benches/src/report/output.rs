@@ -29,6 +29,8 @@ pub struct Row {
     pub vs_scalar: Option<f64>,
     /// Speedup over the plain Rust version.
     pub vs_plain: Option<f64>,
+    /// Speedup over the same kernel on each other measured ISA (median of per-round ratios).
+    pub vs_isa: Vec<(String, f64)>,
     /// What the row is held against, e.g. `copy(avx512, ordinary stores)` or `exp(avx512)`.
     pub roofline: Option<String>,
     /// The roofline's time ÷ the kernel's time (1.0 = at the roofline).
@@ -80,6 +82,7 @@ impl Row {
         o.num("max_rel_err", self.max_rel_err);
         o.num("vs_scalar", self.vs_scalar);
         o.num("vs_plain", self.vs_plain);
+        o.map("vs_isa", &self.vs_isa);
         o.opt_str("roofline", self.roofline.as_deref());
         o.num("roofline_ratio", self.roofline_ratio);
         o.num("roofline_ns_per_iter", self.roofline_ns_per_iter);
@@ -130,6 +133,15 @@ impl JsonObject {
             }
             _ => self.out.push_str("null"),
         }
+    }
+
+    fn map(&mut self, key: &str, entries: &[(String, f64)]) {
+        let mut inner = JsonObject::default();
+        for (k, v) in entries {
+            inner.num(k, Some(*v));
+        }
+        self.key(key);
+        self.out.push_str(&inner.finish());
     }
 
     fn finish(mut self) -> String {

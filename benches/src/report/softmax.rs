@@ -123,8 +123,8 @@ fn goals(rows: &[Row]) -> Vec<String> {
         let wide: Vec<String> = of("avx512")
             .filter(|r| held_against(r, "exp("))
             .filter_map(|r| {
-                let avx2 = of("avx2").find(|a| a.shape == r.shape)?;
-                Some(format!("{} {:.2}x", r.shape, avx2.ns_per_iter / r.ns_per_iter))
+                let q = r.vs_isa.iter().find(|(isa, _)| isa == "avx2")?.1;
+                Some(format!("{} {q:.2}x", r.shape))
             })
             .collect();
         if !wide.is_empty() {
