@@ -339,10 +339,10 @@ columns: GB/s counts the bytes an ideal kernel moves (x read once + y written on
          oracle (`reference`); xscalar, xplain = speedup over the scalar path and over plain Rust (f32::exp
          loops) in the same run; roofline = what the row is held against; xroof = roofline time / kernel time
          (1.0 = at the roofline); iqr = interquartile range of the kernel's times / median (noise).
-roofline: working set (x + y) > L2: copy of the same bytes with that ISA's vectors and ordinary (not streaming)
-         stores, an intrinsics loop (not memcpy, which may switch to non-temporal stores); else exp(ISA):
-         the bare vectorized Kernels::exp of that ISA from x to y. The scalar and plain rows use the scalar
-         ISA's (baseline vectors: sse2/neon). `roofline` rows: the FMA peak (independent accumulators) and
+roofline: softmax-like rows whose working set (x + y) exceeds L2, and exp rows: a copy of the same bytes with
+         that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not memcpy, which may switch
+         to non-temporal stores); other rows: exp(ISA), the bare vectorized Kernels::exp of that ISA from x to y.
+         The scalar and plain rows use the scalar ISA's (baseline vectors: sse2/neon). `roofline` rows: the FMA peak (independent accumulators) and
          copy bandwidth (bytes read + written; method in brackets) at L1, L2 and beyond-LLC sizes.
 
 ",
