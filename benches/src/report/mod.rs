@@ -342,8 +342,9 @@ columns: GB/s counts the bytes an ideal kernel moves (x read once + y written on
 roofline: softmax-like rows whose working set (x + y) exceeds L2, and exp rows: a copy of the same bytes with
          that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not memcpy, which may switch
          to non-temporal stores); other rows: exp(ISA), the bare vectorized Kernels::exp of that ISA from x to y.
-         The scalar and plain rows use the scalar ISA's (baseline vectors: sse2/neon). `roofline` rows: the FMA peak (independent accumulators) and
-         copy bandwidth (bytes read + written; method in brackets) at L1, L2 and beyond-LLC sizes.
+         The scalar and plain rows use the scalar ISA's (baseline vectors: sse2/neon). `roofline` rows: the
+         FMA peak (independent accumulators) and copy bandwidth (bytes read + written; method in brackets) at
+         L1, L2 and beyond-LLC sizes.
 
 ",
         cpu = crate::roofline::cpu_name(),
