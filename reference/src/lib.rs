@@ -14,11 +14,17 @@
 
 mod attention;
 mod check;
+mod norm;
 mod softmax;
 mod ulp;
 
 pub use attention::{attention, AttentionOptions, AttentionResult, AttentionShape, MaskShape};
 pub use check::{check_attention, check_exp, check_softmax, Mismatch, U};
+pub use norm::{
+    add_layer_norm, add_rms_norm, batch_norm, batch_norm_train, check_batch_norm, check_batch_norm_train,
+    check_layer_norm, check_rms_norm, layer_norm, layer_norm_row_bounds, residual, rms_norm, BatchNormTrainOutputs,
+    BatchNormTrained, NormMismatch, Normalized, RmsNormalized,
+};
 pub use softmax::{log_softmax, scores, softmax, MaskedRows};
 pub use ulp::{fma_f32, ulp_distance, ulp_error};
 
