@@ -8,6 +8,7 @@
 use std::sync::OnceLock;
 
 use crate::attention::AttentionCall;
+use crate::norm::{BatchNormCall, NormCall};
 use crate::softmax::SoftmaxCall;
 use crate::{Error, Isa};
 
@@ -17,6 +18,8 @@ pub(crate) struct Table {
     pub exp: unsafe fn(*const f32, *mut f32, usize),
     pub softmax: unsafe fn(&SoftmaxCall),
     pub attention: unsafe fn(&AttentionCall),
+    pub norm: unsafe fn(&NormCall),
+    pub batch_norm: unsafe fn(&BatchNormCall),
 }
 
 /// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
@@ -54,7 +57,27 @@ macro_rules! isa_table {
                 unsafe { crate::attention::Tile::attention(token(), call) }
             }
 
-            pub(crate) static TABLE: Table = Table { isa: $isa, exp, softmax, attention };
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn norm(call: &NormCall) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
+                unsafe { crate::norm::norm_rows(token(), call) }
+            }
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn batch_norm(call: &BatchNormCall) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
+                unsafe { crate::norm::batch_norm_call(token(), call) }
+            }
+
+            pub(crate) static TABLE: Table = Table {
+                isa: $isa,
+                exp,
+                softmax,
+                attention,
+                norm,
+                batch_norm,
+            };
         }
     };
 }

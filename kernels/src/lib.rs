@@ -14,6 +14,11 @@
 //! | [`exp()`] | `y = eˣ` | ≤ 1 ulp (exhaustively checked over all 2³² inputs) |
 //! | [`softmax()`] | `y_j = exp(z_j − m)/Σ exp(z − m)`, `z = fl(scale·x + mask)` | `(24 + \|z_j − m\|)·u` relative, `+ 2⁻¹²⁶` |
 //! | [`log_softmax()`] | `y_j = z_j − m − ln Σ exp(z − m)` | `(24 + \|z_j − m\| + \|ln d\| + \|y_j\|)·u` absolute |
+//! | [`layer_norm()`] | `y = (x − μ)·rstd·γ + β`, `rstd = 1/√(σ² + ε)`; statistics in one read (per-lane Welford) | `\|γ\|·rstd·E_μ + \|y − β\|·(ε_r + 3u) + u·\|y\|`, see [`norm`]; measured a few `u` |
+//! | [`add_layer_norm()`] | `h = α·x + (r + b)`, `y = LN(h)`: Post-LN, Pre-LN, DeepNorm; `h` out optional | that of `layer_norm` on the f32 `h` |
+//! | [`rms_norm()`], [`add_rms_norm()`] | `y = h/√(mean(h²) + ε)·g` (`h` as above) | ≈ `9u` relative |
+//! | [`batch_norm()`] | `y = x·s_c + b_c`, running statistics folded per channel | `u·(\|x − μ_c\|·\|s_c\| + \|b_c\| + \|y\|)` |
+//! | [`batch_norm_train()`] | batch statistics per channel (one pass), running averages updated | that of `layer_norm` per channel |
 //!
 //! Rows are row-major with the last axis contiguous. Outputs never alias inputs except in the
 //! `_inplace` variants. All kernels may be called from many threads at once.
@@ -26,6 +31,7 @@ mod dispatch;
 mod error;
 mod isa;
 mod math;
+pub mod norm;
 mod simd;
 pub mod softmax;
 
@@ -33,6 +39,12 @@ pub use attention::{AdditiveMask, AttentionOptions, AttentionShape, AttentionWor
 pub use dispatch::Kernels;
 pub use error::Error;
 pub use isa::{available_isas, best_isa, Isa};
+pub use norm::{
+    add_layer_norm, add_layer_norm_inplace, add_layer_norm_with_stats, add_rms_norm, add_rms_norm_inplace, batch_norm,
+    batch_norm_inplace, batch_norm_train, batch_norm_train_with_stats, layer_norm, layer_norm_inplace,
+    layer_norm_with_stats, rms_norm, rms_norm_inplace, BatchNormOptions, LayerNormOptions, Residual, RmsNormOptions,
+    RowStats,
+};
 pub use softmax::{MaskedRows, SoftmaxOptions};
 
 /// Runs `f` with the kernels of [`Kernels::detected`].

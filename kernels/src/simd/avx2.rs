@@ -44,6 +44,19 @@ pub(crate) fn reduce_max_128(v: __m128) -> f32 {
     }
 }
 
+/// Sum of the 4 lanes of an f64 AVX vector, as a tree.
+///
+/// # Safety
+/// The CPU must support AVX (the AVX2 and AVX-512 tokens prove it).
+#[inline(always)]
+pub(crate) unsafe fn reduce_add_pd256(v: __m256d) -> f64 {
+    // SAFETY: AVX is available by the caller's promise.
+    unsafe {
+        let pairs = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
+        _mm_cvtsd_f64(_mm_add_sd(pairs, _mm_unpackhi_pd(pairs, pairs)))
+    }
+}
+
 // SAFETY (for every `unsafe` block below that only touches registers): a value of `Avx2`
 // exists only once the CPU was checked for AVX2 and FMA.
 impl Simd for Avx2 {
@@ -138,6 +151,20 @@ impl Simd for Avx2 {
     fn reduce_max(self, a: __m256) -> f32 {
         // SAFETY: see the impl.
         unsafe { reduce_max_128(_mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a))) }
+    }
+    #[inline(always)]
+    fn prefetch(self, p: *const f32) {
+        // SAFETY: a prefetch never faults, whatever the address; SSE is baseline on x86-64.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
+    #[inline(always)]
+    fn reduce_add_f64(self, a: __m256) -> f64 {
+        // SAFETY: see the impl (AVX2 implies AVX).
+        unsafe {
+            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
+            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(a));
+            reduce_add_pd256(_mm256_add_pd(lo, hi))
+        }
     }
     #[inline(always)]
     fn eq(self, a: __m256, b: __m256) -> __m256 {

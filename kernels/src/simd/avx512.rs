@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{reduce_add_128, reduce_max_128};
+use super::avx2::{reduce_add_128, reduce_add_pd256, reduce_max_128};
 use super::{Simd, Token};
 
 /// Token proving the CPU has AVX-512 f, bw, dq, vl and FMA.
@@ -122,6 +122,21 @@ impl Simd for Avx512 {
         unsafe {
             let h = _mm256_max_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps::<1>(a));
             reduce_max_128(_mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h)))
+        }
+    }
+    #[inline(always)]
+    fn prefetch(self, p: *const f32) {
+        // SAFETY: a prefetch never faults, whatever the address; SSE is baseline on x86-64.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
+    #[inline(always)]
+    fn reduce_add_f64(self, a: __m512) -> f64 {
+        // SAFETY: see the impl (AVX-512 implies AVX).
+        unsafe {
+            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+            let hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(a));
+            let s = _mm512_add_pd(lo, hi);
+            reduce_add_pd256(_mm256_add_pd(_mm512_castpd512_pd256(s), _mm512_extractf64x4_pd::<1>(s)))
         }
     }
     #[inline(always)]

@@ -86,6 +86,15 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn reduce_add(self, a: Self::V) -> f32;
     /// Maximum of the lanes (NaN lanes may be dropped).
     fn reduce_max(self, a: Self::V) -> f32;
+    /// Sum of the lanes in f64: each lane converted exactly, then added as a tree, so the only
+    /// rounding is f64's (a relative error ≤ log₂ LANES · 2⁻⁵³). Statistics reductions use it.
+    fn reduce_add_f64(self, a: Self::V) -> f64;
+    /// Hints that the cache line holding `p` will be read soon. Never faults, so `p` need not
+    /// point to valid memory. The default does nothing.
+    #[inline(always)]
+    fn prefetch(self, p: *const f32) {
+        let _ = p;
+    }
 
     fn eq(self, a: Self::V, b: Self::V) -> Self::M;
     fn lt(self, a: Self::V, b: Self::V) -> Self::M;

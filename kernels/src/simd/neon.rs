@@ -159,4 +159,13 @@ impl Simd for Neon {
             vcltq_u32(idx, vdupq_n_u32(n as u32))
         }
     }
+    #[inline(always)]
+    fn reduce_add_f64(self, a: float32x4_t) -> f64 {
+        // SAFETY: see the impl.
+        unsafe {
+            let lo = vcvt_f64_f32(vget_low_f32(a));
+            let hi = vcvt_high_f64_f32(a);
+            vaddvq_f64(vaddq_f64(lo, hi))
+        }
+    }
 }

@@ -98,6 +98,10 @@ impl Simd for Scalar {
         a
     }
     #[inline(always)]
+    fn reduce_add_f64(self, a: f32) -> f64 {
+        a as f64
+    }
+    #[inline(always)]
     fn eq(self, a: f32, b: f32) -> bool {
         a == b
     }

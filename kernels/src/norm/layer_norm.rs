@@ -1,0 +1,553 @@
+//! LayerNorm and the fused Add & LayerNorm; the call shared with RMSNorm and its row loops.
+
+use super::{
+    check_eps, check_len, check_opt, for_each_vector, load_n, moments, moments_f64, mut_ptr_of, ptr_of, rstd_of,
+    store_n, AddResidual, Affine, Idle, Pending, Plain, Source,
+};
+use crate::dispatch::Kernels;
+use crate::simd::Simd;
+use crate::Error;
+
+/// Options of [`layer_norm`](crate::layer_norm()) and
+/// [`add_layer_norm`](crate::add_layer_norm()): the affine parameters and ε.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerNormOptions<'a> {
+    /// The gain `γ`, length `d`; absent means 1 (and saves its loads and multiplications).
+    pub gamma: Option<&'a [f32]>,
+    /// The bias `β`, length `d`; absent means 0.
+    pub beta: Option<&'a [f32]>,
+    /// Added to the variance; must be finite and > 0. Default `1e-5` (PyTorch's).
+    pub eps: f32,
+}
+
+impl Default for LayerNormOptions<'_> {
+    fn default() -> Self {
+        LayerNormOptions {
+            gamma: None,
+            beta: None,
+            eps: 1e-5,
+        }
+    }
+}
+
+/// The residual add in front of the norm of [`add_layer_norm`](crate::add_layer_norm()) and
+/// [`add_rms_norm`](crate::add_rms_norm()): `h = α·x + (r + b)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Residual<'a> {
+    /// Scales the residual stream `x`; DeepNorm uses `α = (2N)^¼` for an N-layer encoder.
+    /// Must be finite. Default 1.
+    pub alpha: f32,
+    /// A bias of length `d` added to `r` (the last bias of the sublayer, fused here), shared by
+    /// all rows.
+    pub bias: Option<&'a [f32]>,
+}
+
+impl Default for Residual<'_> {
+    fn default() -> Self {
+        Residual { alpha: 1.0, bias: None }
+    }
+}
+
+/// Optional per-row statistics written by the `_with_stats` forms (per channel for
+/// BatchNorm training): each slice has one entry per row.
+#[derive(Debug, Default)]
+pub struct RowStats<'a> {
+    /// The mean `μ`, rounded to f32.
+    pub mean: Option<&'a mut [f32]>,
+    /// `rstd = 1/√(σ² + ε)`, rounded to f32.
+    pub rstd: Option<&'a mut [f32]>,
+}
+
+/// Which norm a [`NormCall`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NormKind {
+    Layer,
+    Rms,
+}
+
+/// A validated LayerNorm or RMSNorm call, plain or with the residual add, in raw form.
+pub(crate) struct NormCall {
+    pub kind: NormKind,
+    pub x: *const f32,
+    /// The residual branch; null for the plain forms.
+    pub r: *const f32,
+    /// The bias of the residual add (length `d`); null for none.
+    pub bias: *const f32,
+    pub alpha: f32,
+    /// Where the add forms store `h`: the `h` output, `y` (as scratch) or `x` (in place).
+    pub h: *mut f32,
+    pub y: *mut f32,
+    /// `γ` (or RMSNorm's `g`); null for none.
+    pub gamma: *const f32,
+    /// `β`; null for none (always for RMSNorm).
+    pub beta: *const f32,
+    /// Per-row outputs; null for none (`mean` always for RMSNorm).
+    pub mean: *mut f32,
+    pub rstd: *mut f32,
+    pub rows: usize,
+    pub d: usize,
+    pub eps: f32,
+}
+
+/// The arguments of a norm call before validation.
+pub(crate) struct NormArgs<'a, 's> {
+    pub kind: NormKind,
+    /// `x` and its length.
+    pub x: (*const f32, usize),
+    /// `out` and its length (equal to `x` in place).
+    pub y: (*mut f32, usize),
+    /// The residual branch `r` with the add's parameters; `None` for the plain forms.
+    pub add: Option<(&'a [f32], Residual<'a>)>,
+    /// The `h` output and its length, if asked for (`x` itself in the in-place add forms).
+    pub h: Option<(*mut f32, usize)>,
+    pub d: usize,
+    pub gamma: Option<&'a [f32]>,
+    pub beta: Option<&'a [f32]>,
+    pub eps: f32,
+    pub stats: RowStats<'s>,
+}
+
+/// The number of rows of a `[rows, d]` matrix stored in `len` floats.
+pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
+    if d == 0 {
+        if len != 0 {
+            return Err(Error::shape("d", format!("a row length dividing x.len() = {len}"), "0"));
+        }
+        return Ok(0);
+    }
+    if !len.is_multiple_of(d) {
+        return Err(Error::shape(
+            "x",
+            format!("a length that is a multiple of d = {d}"),
+            len,
+        ));
+    }
+    Ok(len / d)
+}
+
+impl Kernels {
+    /// Validates `a` and runs the call.
+    pub(crate) fn norm(&self, a: NormArgs) -> Result<(), Error> {
+        let (x, len) = a.x;
+        let rows = rows_of(len, a.d)?;
+        check_len("out", a.y.1, len, "as x")?;
+        let mut r = std::ptr::null();
+        let mut bias = std::ptr::null();
+        let mut alpha = 1.0;
+        if let Some((rr, res)) = a.add {
+            check_len("r", rr.len(), len, "as x")?;
+            check_opt("bias", res.bias, a.d, "d")?;
+            if !res.alpha.is_finite() {
+                return Err(Error::param("alpha", "a finite number", res.alpha));
+            }
+            r = rr.as_ptr();
+            bias = ptr_of(res.bias);
+            alpha = res.alpha;
+        }
+        if let Some((_, h_len)) = a.h {
+            check_len("h", h_len, len, "as x")?;
+        }
+        check_opt(
+            if a.kind == NormKind::Layer { "gamma" } else { "gain" },
+            a.gamma,
+            a.d,
+            "d",
+        )?;
+        check_opt("beta", a.beta, a.d, "d")?;
+        check_eps(a.eps)?;
+        let RowStats { mean, rstd } = a.stats;
+        check_opt("mean", mean.as_deref(), rows, "rows")?;
+        check_opt("rstd", rstd.as_deref(), rows, "rows")?;
+        let h = match (a.add.is_some(), a.h) {
+            (false, _) => std::ptr::null_mut(),
+            (true, Some((h, _))) => h,
+            // Without an `h` output, `y` holds `h` between the two sweeps.
+            (true, None) => a.y.0,
+        };
+        let call = NormCall {
+            kind: a.kind,
+            x,
+            r,
+            bias,
+            alpha,
+            h,
+            y: a.y.0,
+            gamma: ptr_of(a.gamma),
+            beta: ptr_of(a.beta),
+            mean: mut_ptr_of(mean),
+            rstd: mut_ptr_of(rstd),
+            rows,
+            d: a.d,
+            eps: a.eps,
+        };
+        if rows > 0 {
+            // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
+            // what `NormCall` says, as checked above; outputs alias inputs only where the
+            // in-place forms put `y` (or `h`) on `x`, which the sweeps allow.
+            unsafe { (self.table().norm)(&call) }
+        }
+        Ok(())
+    }
+
+    /// LayerNorm of each row of `x` (`[rows, d]`) into `out`. See
+    /// [`layer_norm`](crate::layer_norm()).
+    pub fn layer_norm(&self, x: &[f32], out: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+        self.layer_norm_with_stats(x, out, d, opts, RowStats::default())
+    }
+
+    /// LayerNorm of each row of `x` (`[rows, d]`), in place.
+    pub fn layer_norm_inplace(&self, x: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+        self.norm(NormArgs {
+            kind: NormKind::Layer,
+            x: (x.as_ptr(), x.len()),
+            y: (x.as_mut_ptr(), x.len()),
+            add: None,
+            h: None,
+            d,
+            gamma: opts.gamma,
+            beta: opts.beta,
+            eps: opts.eps,
+            stats: RowStats::default(),
+        })
+    }
+
+    /// LayerNorm of each row of `x` into `out`, with the per-row mean and rstd. See
+    /// [`layer_norm`](crate::layer_norm()).
+    pub fn layer_norm_with_stats(
+        &self,
+        x: &[f32],
+        out: &mut [f32],
+        d: usize,
+        opts: &LayerNormOptions,
+        stats: RowStats,
+    ) -> Result<(), Error> {
+        self.norm(NormArgs {
+            kind: NormKind::Layer,
+            x: (x.as_ptr(), x.len()),
+            y: (out.as_mut_ptr(), out.len()),
+            add: None,
+            h: None,
+            d,
+            gamma: opts.gamma,
+            beta: opts.beta,
+            eps: opts.eps,
+            stats,
+        })
+    }
+
+    /// `h = α·x + (r + b)`, `out = LayerNorm(h)`, `h` written to `h` if given. See
+    /// [`add_layer_norm`](crate::add_layer_norm()).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_layer_norm(
+        &self,
+        x: &[f32],
+        r: &[f32],
+        out: &mut [f32],
+        h: Option<&mut [f32]>,
+        d: usize,
+        residual: &Residual,
+        opts: &LayerNormOptions,
+    ) -> Result<(), Error> {
+        self.add_layer_norm_with_stats(x, r, out, h, d, residual, opts, RowStats::default())
+    }
+
+    /// [`add_layer_norm`](Self::add_layer_norm) with the residual stream updated in place:
+    /// `x ← α·x + (r + b)` (that is, `h`), `out = LayerNorm(x)`.
+    pub fn add_layer_norm_inplace(
+        &self,
+        x: &mut [f32],
+        r: &[f32],
+        out: &mut [f32],
+        d: usize,
+        residual: &Residual,
+        opts: &LayerNormOptions,
+    ) -> Result<(), Error> {
+        self.norm(NormArgs {
+            kind: NormKind::Layer,
+            x: (x.as_ptr(), x.len()),
+            y: (out.as_mut_ptr(), out.len()),
+            add: Some((r, *residual)),
+            h: Some((x.as_mut_ptr(), x.len())),
+            d,
+            gamma: opts.gamma,
+            beta: opts.beta,
+            eps: opts.eps,
+            stats: RowStats::default(),
+        })
+    }
+
+    /// [`add_layer_norm`](Self::add_layer_norm) with the per-row mean and rstd of `h`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_layer_norm_with_stats(
+        &self,
+        x: &[f32],
+        r: &[f32],
+        out: &mut [f32],
+        h: Option<&mut [f32]>,
+        d: usize,
+        residual: &Residual,
+        opts: &LayerNormOptions,
+        stats: RowStats,
+    ) -> Result<(), Error> {
+        self.norm(NormArgs {
+            kind: NormKind::Layer,
+            x: (x.as_ptr(), x.len()),
+            y: (out.as_mut_ptr(), out.len()),
+            add: Some((r, *residual)),
+            h: h.map(|h| (h.as_mut_ptr(), h.len())),
+            d,
+            gamma: opts.gamma,
+            beta: opts.beta,
+            eps: opts.eps,
+            stats,
+        })
+    }
+}
+
+/// Entry of the generic bodies of LayerNorm and RMSNorm: picks the instance for the call.
+///
+/// # Safety
+/// `call` is validated: `x`, `y` (and `r`, `h` for the add forms) cover `rows·d` floats,
+/// `gamma`, `beta`, `bias` are null or cover `d`, `mean`, `rstd` null or cover `rows`; `y`
+/// and `h` overlap `x` only by being equal to it.
+#[inline(always)]
+pub(crate) unsafe fn norm_rows<S: Simd>(s: S, call: &NormCall) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (call.kind, !call.gamma.is_null(), !call.beta.is_null()) {
+            (NormKind::Layer, false, false) => sources::<S, Layer<false, false>>(s, call),
+            (NormKind::Layer, false, true) => sources::<S, Layer<false, true>>(s, call),
+            (NormKind::Layer, true, false) => sources::<S, Layer<true, false>>(s, call),
+            (NormKind::Layer, true, true) => sources::<S, Layer<true, true>>(s, call),
+            (NormKind::Rms, false, _) => sources::<S, super::rms_norm::Rms<false>>(s, call),
+            (NormKind::Rms, true, _) => sources::<S, super::rms_norm::Rms<true>>(s, call),
+        }
+    }
+}
+
+/// What is done with one row: a statistics sweep, then a normalize sweep, which the row loop
+/// runs alongside the statistics sweep of the next row.
+pub(crate) trait RowOp {
+    /// What the statistics sweep leaves for the normalize sweep.
+    type Stats: Copy;
+    /// The vector normalize sweep of a row.
+    type Sweep<S: Simd>: Pending<S>;
+    /// The statistics sweep, from `src` (which also stores `h` for the add forms), with
+    /// `pending` run at the same offsets.
+    ///
+    /// # Safety
+    /// `src` covers `call.d ≥ 1` values; so does the row of `pending`.
+    unsafe fn stats<S: Simd, R: Source<S>, P: Pending<S>>(s: S, call: &NormCall, src: &R, pending: &P) -> Self::Stats;
+    /// The vector normalize sweep of a row from the values at `h` into `y`, or `None` if the
+    /// row takes the f64 path.
+    fn sweep<S: Simd>(s: S, call: &NormCall, st: Self::Stats, h: *const f32, y: *mut f32) -> Option<Self::Sweep<S>>;
+    /// The f64 path of a row: normalizes it into `y`, returns its `(mean, rstd)`.
+    ///
+    /// # Safety
+    /// `h` covers the `call.d` values the statistics were gathered on, `y` as many writable ones
+    /// (equal to `h` if they overlap).
+    unsafe fn wide(call: &NormCall, h: *const f32, y: *mut f32) -> (f32, f32);
+    /// The per-row outputs `(mean, rstd)` of a row on the vector path.
+    fn outputs(st: Self::Stats) -> (f32, f32);
+}
+
+/// Runs `Op` over every row, with the source the call asks for.
+///
+/// # Safety
+/// As [`norm_rows`].
+#[inline(always)]
+unsafe fn sources<S: Simd, Op: RowOp>(s: S, call: &NormCall) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if call.r.is_null() {
+            each_row::<S, Op, Plain>(s, call);
+        } else if call.bias.is_null() {
+            each_row::<S, Op, AddResidual<S, false>>(s, call);
+        } else {
+            each_row::<S, Op, AddResidual<S, true>>(s, call);
+        }
+    }
+}
+
+/// The row loop, pipelined: the normalize sweep of row `r − 1` runs inside the statistics sweep
+/// of row `r`. Both sweeps of a row still see it once each; only their order across rows
+/// changes.
+///
+/// # Safety
+/// As [`norm_rows`].
+#[inline(always)]
+unsafe fn each_row<S: Simd, Op: RowOp, R: Source<S>>(s: S, call: &NormCall) {
+    let d = call.d;
+    // SAFETY: `row < rows`; `mean`, `rstd` hold `rows` entries when not null.
+    let finish = |row: usize, (mean, rstd): (f32, f32)| unsafe {
+        if !call.mean.is_null() {
+            *call.mean.add(row) = mean;
+        }
+        if !call.rstd.is_null() {
+            *call.rstd.add(row) = rstd;
+        }
+    };
+    // SAFETY (below): every row lies inside the `rows·d` floats of every operand, and rows are
+    // disjoint, so the sweep of one row never touches what the other reads or writes.
+    let (src, h) = unsafe { R::row(s, call, 0) };
+    let mut prev = (unsafe { Op::stats(s, call, &src, &Idle) }, h, call.y);
+    for row in 1..call.rows {
+        let off = row * d;
+        let (src, h) = unsafe { R::row(s, call, off) };
+        let (pst, ph, py) = prev;
+        let st = match Op::sweep(s, call, pst, ph, py) {
+            Some(sweep) => {
+                let st = unsafe { Op::stats(s, call, &src, &sweep) };
+                finish(row - 1, Op::outputs(pst));
+                st
+            }
+            None => {
+                finish(row - 1, unsafe { Op::wide(call, ph, py) });
+                unsafe { Op::stats(s, call, &src, &Idle) }
+            }
+        };
+        prev = (st, h, unsafe { call.y.add(off) });
+    }
+    let (pst, ph, py) = prev;
+    match Op::sweep(s, call, pst, ph, py) {
+        Some(sweep) => {
+            unsafe { sweep.run(s, 0, d) };
+            finish(call.rows - 1, Op::outputs(pst));
+        }
+        None => finish(call.rows - 1, unsafe { Op::wide(call, ph, py) }),
+    }
+}
+
+/// LayerNorm of one row, with or without `γ`, `β`.
+pub(crate) struct Layer<const GAMMA: bool, const BETA: bool>;
+
+impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
+    /// `(μ, rstd)`, NaN where the row needs the f64 path (a NaN or ±∞ in it, or an f32
+    /// overflow of its statistics).
+    type Stats = (f64, f64);
+    type Sweep<S: Simd> = Normalize<S, GAMMA, BETA>;
+
+    #[inline(always)]
+    unsafe fn stats<S: Simd, R: Source<S>, P: Pending<S>>(s: S, call: &NormCall, src: &R, pending: &P) -> (f64, f64) {
+        // SAFETY: the row holds `d ≥ 1` values.
+        unsafe {
+            let k = src.first();
+            let mo = moments(s, src, call.d, k, pending);
+            if mo.fits_f32() {
+                (k as f64 + mo.mean, rstd_of(mo.m2 * (1.0 / call.d as f64), call.eps))
+            } else {
+                (f64::NAN, f64::NAN)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn sweep<S: Simd>(
+        s: S,
+        call: &NormCall,
+        (mean, rstd): (f64, f64),
+        h: *const f32,
+        y: *mut f32,
+    ) -> Option<Normalize<S, GAMMA, BETA>> {
+        (!mean.is_nan()).then(|| Normalize::new(s, call, h, y, Affine::new(mean, rstd)))
+    }
+
+    unsafe fn wide(call: &NormCall, h: *const f32, y: *mut f32) -> (f32, f32) {
+        let d = call.d;
+        // SAFETY: the row holds `d` values at `h` and `y`.
+        unsafe {
+            match moments_f64(h, d) {
+                Some(mo) => {
+                    let rstd = rstd_of(mo.m2 / d as f64, call.eps);
+                    normalize_f64(h, y, d, call.gamma, call.beta, mo.mean, rstd);
+                    (mo.mean as f32, rstd as f32)
+                }
+                None => {
+                    std::slice::from_raw_parts_mut(y, d).fill(f32::NAN);
+                    (f32::NAN, f32::NAN)
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn outputs((mean, rstd): (f64, f64)) -> (f32, f32) {
+        (mean as f32, rstd as f32)
+    }
+}
+
+/// The normalize sweep of one row: `y = fma(fma(h − μ_hi, rstd, shift), γ, β)`.
+pub(crate) struct Normalize<S: Simd, const GAMMA: bool, const BETA: bool> {
+    h: *const f32,
+    y: *mut f32,
+    gamma: *const f32,
+    beta: *const f32,
+    mean_hi: S::V,
+    rstd: S::V,
+    shift: S::V,
+}
+
+impl<S: Simd, const GAMMA: bool, const BETA: bool> Normalize<S, GAMMA, BETA> {
+    #[inline(always)]
+    fn new(s: S, call: &NormCall, h: *const f32, y: *mut f32, a: Affine) -> Self {
+        Normalize {
+            h,
+            y,
+            gamma: call.gamma,
+            beta: call.beta,
+            mean_hi: s.splat(a.mean_hi),
+            rstd: s.splat(a.rstd),
+            shift: s.splat(a.shift),
+        }
+    }
+}
+
+impl<S: Simd, const GAMMA: bool, const BETA: bool> Pending<S> for Normalize<S, GAMMA, BETA> {
+    #[inline(always)]
+    unsafe fn run(&self, s: S, i: usize, n: usize) {
+        let (h, y, gamma, beta) = (self.h, self.y, self.gamma, self.beta);
+        for_each_vector!(S::LANES, n, |j, m| {
+            let at = i + j;
+            // SAFETY: `at + m ≤ d` for every operand; `h[at..]` is read before `y[at..]` is
+            // written.
+            unsafe {
+                let v = s.mul_add(s.sub(load_n(s, h, at, m), self.mean_hi), self.rstd, self.shift);
+                let v = match (GAMMA, BETA) {
+                    (true, true) => s.mul_add(v, load_n(s, gamma, at, m), load_n(s, beta, at, m)),
+                    (true, false) => s.mul(v, load_n(s, gamma, at, m)),
+                    (false, true) => s.add(v, load_n(s, beta, at, m)),
+                    (false, false) => v,
+                };
+                store_n(s, y, at, m, v);
+            }
+        });
+    }
+}
+
+/// The normalize sweep in f64, for the rows the f32 statistics cannot handle.
+///
+/// # Safety
+/// As [`normalize`], with `gamma`, `beta` null when absent.
+pub(crate) unsafe fn normalize_f64(
+    h: *const f32,
+    y: *mut f32,
+    d: usize,
+    gamma: *const f32,
+    beta: *const f32,
+    mean: f64,
+    rstd: f64,
+) {
+    for j in 0..d {
+        // SAFETY: `j < d` for every operand; `h[j]` is read before `y[j]` is written.
+        unsafe {
+            let mut v = (*h.add(j) as f64 - mean) * rstd;
+            if !gamma.is_null() {
+                v *= *gamma.add(j) as f64;
+            }
+            if !beta.is_null() {
+                v += *beta.add(j) as f64;
+            }
+            *y.add(j) = v as f32;
+        }
+    }
+}

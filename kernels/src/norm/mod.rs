@@ -1,0 +1,1073 @@
+//! The normalization family: LayerNorm, Add & LayerNorm (Post-LN, Pre-LN, DeepNorm), RMSNorm,
+//! Add & RMSNorm, and BatchNorm (inference and training).
+//!
+//! # Algorithm: one read for the statistics, one sweep to normalize
+//!
+//! A row `h` of length `d` is read once to gather its mean and variance, then swept once more
+//! (from L1 or L2) to write `y`. The statistics sweep is a *per-lane Welford* recurrence,
+//! shifted by the row's first value `K = h₀`:
+//!
+//! ```text
+//! z = h − K                          (exact when h and K are within a factor 2 of each other)
+//! m_k = m_{k−1} + (z − m_{k−1})·(1/k)       (1/k from the table RECIP: no division)
+//! M_k = M_{k−1} + (z − m_{k−1})·(z − m_k)
+//! ```
+//!
+//! Each of four accumulators holds one vector of lanes, so every lane of every accumulator
+//! has seen the same number `k` of values and one broadcast `1/k` serves them all; four
+//! independent chains hide the 8-cycle latency of a step (subtract, then FMA). After
+//! 16 steps (a *chunk*) the lanes are merged with Chan's parallel formula
+//!
+//! ```text
+//! mean = Σ_l m_l / L        M2 = Σ_l M_l + k·Σ_l (m_l − mean)²
+//! ```
+//!
+//! (the k-way form, lane sums taken in f64), and the chunk is merged into the row's f64
+//! moments with Chan's pairwise formula. The last `< ACC·LANES` values of the row, too few
+//! for a step, are held in registers and reduced two-pass (sum, then squared deviations),
+//! then merged the same way. `E[x²] − E[x]²` is never formed. Finally, in f64,
+//! `μ = K + mean`, `σ² = M2/d`, `rstd = 1/√(σ² + ε)`, and the normalize sweep computes
+//!
+//! ```text
+//! y = ((h − μ_hi)·rstd − μ_lo·rstd)·γ + β       μ_hi = f32(μ), μ_lo = μ − μ_hi
+//! ```
+//!
+//! with two FMAs: `h − μ_hi` is exact whenever `h` is within a factor 2 of `μ_hi`, so a row
+//! such as `10⁷ + N(0, 1)`, whose mean f32 cannot hold, still normalizes to a relative
+//! error of about 10⁻⁷.
+//!
+//! The shift is what makes the recurrence accurate on rows far from 0 (the first value is a
+//! good guess of the mean); the chunking bounds how far rounding errors of the running means
+//! can spread (they grow with the chunk length, not with `d`); f64 beyond the chunk makes the
+//! merges exact for practical purposes.
+//!
+//! RMSNorm needs no mean: `Σh²` is accumulated in the same chunked way (sums of squares have
+//! no cancellation), then `y = h·rstd·g`.
+//!
+//! The add forms build `h = α·x + (r + b)` inside the statistics sweep and store it (to the
+//! `h` output, or to `y` as scratch), so the normalize sweep reads `h` back from cache.
+//!
+//! # Row pipeline
+//!
+//! Rows go through a two-stage pipeline: the normalize sweep of row `r − 1` runs inside the
+//! statistics sweep of row `r`, one step behind it. Each sweep still sees its row once; what
+//! changes is that reading one row from memory overlaps writing the other, as in a copy, and
+//! that the long dependency chain that ends a row's statistics (lane reductions, square root,
+//! division) overlaps the next row's work. Rows of at least 512 floats also prefetch the next
+//! row during their statistics sweep. (Measured with 32 MiB of rows, d = 4096, AVX-512: the
+//! pipeline and the prefetch took LayerNorm from 35% to about 70% of the copy bandwidth and
+//! RMSNorm to about 90%.)
+//!
+//! # Error bound
+//!
+//! With `u = 2⁻²⁴`, for one row (the exact `μ`, biased `σ²`, `rstd = 1/√(σ² + ε)` of the f32
+//! values `h` the kernel normalizes), `R = max_j |h_j − μ|` (its spread) and
+//! `Z = max_j |h_j − h₀|` (its distance from the shift, `Z ≤ 2R`):
+//!
+//! ```text
+//! E_μ = (4R + 12Z)·u + 2⁻¹⁴⁰                              mean
+//! E_v = (20σ² + 9R² + 27R·Z)·u + 2⁻¹⁴⁰·(1 + R)             variance
+//! e   = E_v/(σ² + ε),  ε_r = e/2 + e² + 2u                 rstd, relative (for e ≤ 1/2)
+//! |y_j − ŷ_j| ≤ |γ_j|·rstd·E_μ + |ŷ_j − β_j|·(ε_r + 3u) + u·|ŷ_j| + 2⁻¹⁴⁸·(1 + |γ_j|)
+//! ```
+//!
+//! Derivation, to first order in `u`. A rounding in the update of a running mean is the same
+//! as perturbing the value just added by `p_k ≤ 2u|z_k − m_{k−1}| + k·u·|m_k| ≤ 4uR + k·u·Z`;
+//! averaged over a chunk of `n ≤ 16` steps that moves the mean by `≤ 4uR + (n+1)/2·uZ`; with the
+//! shift (`uZ`) and the f32 sum of the four accumulators (`2uZ`): `E_μ`. Such a perturbation
+//! moves `M2` by `|2(m_{k−1} − z̄) + (z_k − m_{k−1})/k|·p_k ≤ 2R(1 + 1/k)·p_k` (the Welford
+//! recurrence is first-order sensitive to its running mean, unlike a two-pass sum), which
+//! over a chunk averages to `≤ 8.7uR² + 18.75uRZ` per value; the shift adds `2uRZ`, the
+//! rounding of chunk means `2R·3uZ`, and the roundings of the `M` increments, of their sums and
+//! of the between-lane term at most `(n + 4)u·σ²`. `μ_hi + μ_lo` holds `μ` to `2⁻⁵³|μ|`, which is
+//! below `2⁻²⁹·uZ`. The normalize sweep rounds `h − μ_hi` (only where it is not exact), the
+//! first FMA and `rstd` (`3u` on `ŷ − β`) and the second FMA (`u·|ŷ|`). The `2⁻¹⁴⁰` terms cover
+//! results that fall into the subnormals.
+//!
+//! For RMSNorm (`ms = mean(h²)`): `e = (10u·ms + 2⁻¹⁴⁹)/(ms + ε)`, `ε_r = e/2 + e² + 2u`, and
+//! `|y_j − ŷ_j| ≤ |ŷ_j|·(ε_r + 2u) + 2⁻¹⁴⁸·(1 + |g_j|)` — about `9u` relative: 8 roundings per
+//! lane in a chunk and 2 in the sum of the accumulators, halved by the square root, then the
+//! f32 `rstd` and two products.
+//!
+//! These bounds are worst cases over the rounding errors (the Welford terms assume every
+//! rounding in a chunk errs the same way); measured errors are far smaller, a few `u·|ŷ|` on
+//! ordinary rows (`kernels/tests/norm.rs` prints the worst ratio to the bound).
+//!
+//! # Special values
+//!
+//! A row (a channel for BatchNorm training) holding a NaN or ±∞ gives NaN for all of its
+//! outputs (`y`, mean, rstd). Rows whose spread makes the f32 statistics overflow (beyond
+//! about 10¹⁷) are detected (the statistics come out non-finite while the row is finite) and
+//! recomputed two-pass in f64, as is their normalization: they are exact to the f32 rounding.
+
+mod batch_norm;
+mod layer_norm;
+mod rms_norm;
+
+pub use batch_norm::BatchNormOptions;
+pub(crate) use batch_norm::{batch_norm_call, BatchNormCall};
+pub(crate) use layer_norm::{norm_rows, NormCall};
+pub use layer_norm::{LayerNormOptions, Residual, RowStats};
+pub use rms_norm::RmsNormOptions;
+
+use crate::simd::Simd;
+use crate::Error;
+
+/// Independent accumulators of the statistics sweep: each Welford step is a subtract and an
+/// FMA deep (8 cycles), issued at about two vectors a cycle, so four chains keep it busy.
+pub(crate) const ACC: usize = 4;
+
+/// Welford steps per chunk (per lane and accumulator): the length of [`RECIP`]. The rounding
+/// error of a chunk grows with it (see the module docs); 16 keeps the lane merges below 15%
+/// of the sweep.
+pub(crate) const STEPS: usize = 16;
+
+/// `RECIP[k] = 1/k` rounded to f32: the weight of the k-th value of a running mean.
+static RECIP: [f32; STEPS + 1] = {
+    let mut t = [0.0f32; STEPS + 1];
+    let mut k = 1;
+    while k <= STEPS {
+        t[k] = 1.0 / k as f32;
+        k += 1;
+    }
+    t
+};
+
+/// Sums of squares per lane and accumulator before they are reduced: bounds the RMS error by
+/// 8 roundings per lane (see the module docs).
+const SQUARE_STEPS: usize = 8;
+
+/// Rows at least this long prefetch the inputs of the next row during their statistics sweep,
+/// one row ahead of the loads (measured on AVX2 and AVX-512 with rows beyond L2: about 1.5×
+/// on LayerNorm at d = 4096); shorter rows are left to the hardware prefetchers.
+pub(crate) const PREFETCH_MIN: usize = 512;
+
+/// The most lanes of any ISA (AVX-512); sizes the stack buffers that spill vectors.
+pub(crate) const MAX_LANES: usize = 16;
+
+/// Count, mean and sum of squared deviations of a set of values, in f64.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Moments {
+    pub n: f64,
+    pub mean: f64,
+    pub m2: f64,
+}
+
+impl Moments {
+    /// Adds a set of `n` values with mean `mean` and sum of squared deviations `m2` (Chan's
+    /// pairwise formula).
+    #[inline(always)]
+    pub fn merge(&mut self, n: f64, mean: f64, m2: f64) {
+        if self.n == 0.0 {
+            *self = Moments { n, mean, m2 };
+            return;
+        }
+        let total = self.n + n;
+        let delta = mean - self.mean;
+        let w = n / total;
+        self.mean += delta * w;
+        self.m2 += m2 + delta * delta * self.n * w;
+        self.n = total;
+    }
+
+    /// The statistics are finite (neither a NaN or ±∞ value nor an f32 overflow reached them)
+    /// and the f32 normalize sweep cannot overflow: every `|h − μ| ≤ √M2 < 10³⁸`.
+    #[inline(always)]
+    pub fn fits_f32(&self) -> bool {
+        self.mean.is_finite() && self.m2 < 1e76
+    }
+}
+
+/// Where the statistics sweep gets a row's values `h` from: read from `x`, or built as
+/// `α·x + (r + b)` and stored on the way.
+pub(crate) trait Source<S: Simd> {
+    /// `h₀`, computed exactly as the vector lanes compute it.
+    ///
+    /// # Safety
+    /// The row is not empty.
+    unsafe fn first(&self) -> f32;
+    /// `h[i..i + LANES]`.
+    ///
+    /// # Safety
+    /// `i + LANES ≤ d`.
+    unsafe fn full(&self, s: S, i: usize) -> S::V;
+    /// `h[i..i + n]` for `n < LANES`; the other lanes are unspecified.
+    ///
+    /// # Safety
+    /// `i + n ≤ d`.
+    unsafe fn partial(&self, s: S, i: usize, n: usize) -> S::V;
+    /// The source of the row at offset `off` of `call`, and where its `h` is read back.
+    ///
+    /// # Safety
+    /// `off + d` is within the call's rows.
+    unsafe fn row(s: S, call: &NormCall, off: usize) -> (Self, *const f32)
+    where
+        Self: Sized;
+    /// Prefetches element `i` of the rows at `ahead` that are not null.
+    #[inline(always)]
+    fn ahead(&self, s: S, i: usize, ahead: [*const f32; 2]) {
+        for p in ahead {
+            if !p.is_null() {
+                s.prefetch(p.wrapping_add(i));
+            }
+        }
+    }
+    /// The inputs to prefetch during the row at `off`: those of the next row (`x`, and `r` for
+    /// the add forms), when rows are long and there is one.
+    ///
+    /// # Safety
+    /// `off + d` is within the call's rows.
+    #[inline(always)]
+    unsafe fn ahead_of(call: &NormCall, off: usize) -> [*const f32; 2]
+    where
+        Self: Sized,
+    {
+        let next = off + call.d;
+        if call.d < PREFETCH_MIN || next >= call.rows * call.d {
+            return [std::ptr::null(); 2];
+        }
+        // SAFETY: `next` starts a row of the call.
+        unsafe {
+            [
+                call.x.add(next),
+                if call.r.is_null() { call.r } else { call.r.add(next) },
+            ]
+        }
+    }
+    /// Prefetches element `i` of the inputs of the next row, if this source has them.
+    fn prefetch(&self, s: S, i: usize);
+}
+
+/// A row read as it is.
+pub(crate) struct Plain {
+    pub x: *const f32,
+    /// The inputs of the next row, prefetched during this row's statistics sweep (null: none).
+    pub ahead: [*const f32; 2],
+}
+
+impl<S: Simd> Source<S> for Plain {
+    #[inline(always)]
+    unsafe fn first(&self) -> f32 {
+        // SAFETY: the row is not empty.
+        unsafe { *self.x }
+    }
+    #[inline(always)]
+    unsafe fn full(&self, s: S, i: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe { s.load(self.x.add(i)) }
+    }
+    #[inline(always)]
+    unsafe fn partial(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe { s.load_partial(self.x.add(i), n, 0.0) }
+    }
+    #[inline(always)]
+    unsafe fn row(_: S, call: &NormCall, off: usize) -> (Self, *const f32) {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe {
+            let x = call.x.add(off);
+            let ahead = <Self as Source<S>>::ahead_of(call, off);
+            (Plain { x, ahead }, x)
+        }
+    }
+    #[inline(always)]
+    fn prefetch(&self, s: S, i: usize) {
+        self.ahead(s, i, self.ahead);
+    }
+}
+
+/// `h = α·x + (r + b)` (one FMA, after one addition when there is a bias), stored to `h` as
+/// it is produced. `h` may equal `x` (the in-place forms): each vector is read before it is
+/// written.
+pub(crate) struct AddResidual<S: Simd, const BIAS: bool> {
+    pub x: *const f32,
+    pub r: *const f32,
+    /// Length `d`, shared by all rows; unused without `BIAS`.
+    pub b: *const f32,
+    pub h: *mut f32,
+    pub alpha: f32,
+    pub alpha_v: S::V,
+    /// As [`Plain::ahead`].
+    pub ahead: [*const f32; 2],
+}
+
+impl<S: Simd, const BIAS: bool> AddResidual<S, BIAS> {
+    #[inline(always)]
+    fn combine(&self, s: S, x: S::V, r: S::V, b: S::V) -> S::V {
+        let t = if BIAS { s.add(r, b) } else { r };
+        s.mul_add(self.alpha_v, x, t)
+    }
+}
+
+impl<S: Simd, const BIAS: bool> Source<S> for AddResidual<S, BIAS> {
+    #[inline(always)]
+    unsafe fn first(&self) -> f32 {
+        // SAFETY: the row is not empty. Scalar IEEE addition and FMA round exactly as the
+        // lanes do.
+        unsafe {
+            let t = if BIAS { *self.r + *self.b } else { *self.r };
+            self.alpha.mul_add(*self.x, t)
+        }
+    }
+    #[inline(always)]
+    unsafe fn full(&self, s: S, i: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise; `h` is written after `x` is read.
+        unsafe {
+            let b = if BIAS { s.load(self.b.add(i)) } else { s.splat(0.0) };
+            let h = self.combine(s, s.load(self.x.add(i)), s.load(self.r.add(i)), b);
+            s.store(self.h.add(i), h);
+            h
+        }
+    }
+    #[inline(always)]
+    unsafe fn partial(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise; partial accesses stop at `n`.
+        unsafe {
+            let b = if BIAS {
+                s.load_partial(self.b.add(i), n, 0.0)
+            } else {
+                s.splat(0.0)
+            };
+            let h = self.combine(
+                s,
+                s.load_partial(self.x.add(i), n, 0.0),
+                s.load_partial(self.r.add(i), n, 0.0),
+                b,
+            );
+            s.store_partial(self.h.add(i), n, h);
+            h
+        }
+    }
+    #[inline(always)]
+    unsafe fn row(s: S, call: &NormCall, off: usize) -> (Self, *const f32) {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe {
+            let src = AddResidual {
+                x: call.x.add(off),
+                r: call.r.add(off),
+                b: call.bias,
+                h: call.h.add(off),
+                alpha: call.alpha,
+                alpha_v: s.splat(call.alpha),
+                ahead: <Self as Source<S>>::ahead_of(call, off),
+            };
+            (src, call.h.add(off))
+        }
+    }
+    #[inline(always)]
+    fn prefetch(&self, s: S, i: usize) {
+        self.ahead(s, i, self.ahead);
+    }
+}
+
+/// Work done alongside a statistics sweep: the normalize sweep of the previous row, one step
+/// behind it, so that the reads of one row stream together with the writes of the other (as in
+/// a copy) instead of alternating with them row by row. (One step behind rather than at the same
+/// offset: the previous row's `h` is then never loaded right after this row's `h` was stored
+/// at an address 4 KiB-aliased to it, which rows of a multiple of 1024 floats would cause.)
+pub(crate) trait Pending<S: Simd> {
+    /// Normalizes the span `i..i + n` of the previous row.
+    ///
+    /// # Safety
+    /// `i + n` is within the row.
+    unsafe fn run(&self, s: S, i: usize, n: usize);
+}
+
+/// Nothing pending: the first row, or a previous row that takes the f64 path.
+pub(crate) struct Idle;
+
+impl<S: Simd> Pending<S> for Idle {
+    #[inline(always)]
+    unsafe fn run(&self, _: S, _: usize, _: usize) {}
+}
+
+/// Runs a [`Pending`] sweep in order over a row of `d` values, as far as asked.
+struct Trail<'a, P> {
+    pending: &'a P,
+    done: usize,
+    d: usize,
+}
+
+impl<'a, P> Trail<'a, P> {
+    fn new(pending: &'a P, d: usize) -> Self {
+        Trail { pending, done: 0, d }
+    }
+
+    /// Runs the pending sweep up to `to` (at most `d`).
+    #[inline(always)]
+    fn upto<S: Simd>(&mut self, s: S, to: usize)
+    where
+        P: Pending<S>,
+    {
+        let to = to.min(self.d);
+        if to > self.done {
+            // SAFETY: `done < to ≤ d`.
+            unsafe { self.pending.run(s, self.done, to - self.done) };
+            self.done = to;
+        }
+    }
+}
+
+/// Mean and sum of squared deviations of `h − k` over a row of `d ≥ 1` values, by per-lane
+/// Welford in chunks of [`STEPS`] steps (see the module docs). The mean is relative to `k`.
+/// `pending` runs over the row one step behind.
+///
+/// # Safety
+/// `src` covers `d` values, and so does the row of `pending`.
+#[inline(always)]
+pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
+    s: S,
+    src: &R,
+    d: usize,
+    k: f32,
+    pending: &P,
+) -> Moments {
+    let lanes = S::LANES;
+    let group = ACC * lanes;
+    let kv = s.splat(k);
+    let mut total = Moments::default();
+    let mut trail = Trail::new(pending, d);
+    let mut left = d / group;
+    let mut i = 0;
+    // SAFETY (all loads): step `i` reads `i..i + ACC·LANES ≤ d`; the remainder reads `i..d`.
+    while left > 0 {
+        let steps = left.min(STEPS);
+        // The first step of a chunk: m = z, M = 0, exactly.
+        let mut m = [kv; ACC];
+        for (a, m) in m.iter_mut().enumerate() {
+            src.prefetch(s, i + a * lanes);
+            *m = s.sub(unsafe { src.full(s, i + a * lanes) }, kv);
+        }
+        let mut m2 = [s.splat(0.0); ACC];
+        trail.upto(s, i);
+        i += group;
+        for &rk in &RECIP[2..=steps] {
+            let rk = s.splat(rk);
+            for a in 0..ACC {
+                src.prefetch(s, i + a * lanes);
+                let z = s.sub(unsafe { src.full(s, i + a * lanes) }, kv);
+                let delta = s.sub(z, m[a]);
+                m[a] = s.mul_add(delta, rk, m[a]);
+                m2[a] = s.mul_add(delta, s.sub(z, m[a]), m2[a]);
+            }
+            trail.upto(s, i);
+            i += group;
+        }
+        merge_lanes(s, &m, &m2, steps, &mut total);
+        left -= steps;
+    }
+    if i < d {
+        let mut z = [s.splat(0.0); ACC];
+        let full = (d - i) / lanes;
+        let part = (d - i) % lanes;
+        for (j, zj) in z.iter_mut().enumerate().take(full) {
+            *zj = s.sub(unsafe { src.full(s, i + j * lanes) }, kv);
+        }
+        if part > 0 {
+            let v = s.sub(unsafe { src.partial(s, i + full * lanes, part) }, kv);
+            z[full] = s.select(s.first_lanes(part), v, s.splat(0.0));
+        }
+        let valid = full + (part > 0) as usize;
+        merge_block(s, &z[..valid], d - i, part, &mut total);
+    }
+    trail.upto(s, d);
+    total
+}
+
+/// Merges the [`ACC`] Welford accumulators of a chunk of `steps` steps into `total`, by the
+/// k-way form of Chan's formula: `M2 = Σ_l M_l + steps·Σ_l (m_l − mean)²`. The two sums share
+/// one reduction (`M_l + steps·(m_l − mc)²` per lane), so a chunk costs two: the mean, then that.
+#[inline(always)]
+fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, total: &mut Moments) {
+    let lanes = (ACC * S::LANES) as f64;
+    let n = steps as f64 * lanes;
+    let mean = s.reduce_add_f64(s.add(s.add(m[0], m[1]), s.add(m[2], m[3]))) / lanes;
+    let mc = mean as f32;
+    let mv = s.splat(mc);
+    let t = [s.sub(m[0], mv), s.sub(m[1], mv), s.sub(m[2], mv), s.sub(m[3], mv)];
+    let dev = s.add(
+        s.mul_add(t[0], t[0], s.mul(t[1], t[1])),
+        s.mul_add(t[2], t[2], s.mul(t[3], t[3])),
+    );
+    let sum = if steps > 1 {
+        let within = s.add(s.add(m2[0], m2[1]), s.add(m2[2], m2[3]));
+        s.mul_add(dev, s.splat(steps as f32), within)
+    } else {
+        dev
+    };
+    // Σ(m_l − mc)² = Σ(m_l − mean)² + lanes·(mean − mc)²: remove the second term exactly.
+    let off = mean - mc as f64;
+    total.merge(n, mean, s.reduce_add_f64(sum) - n * off * off);
+}
+
+/// Merges `n` values held in the vectors `z` (the last one with only its first `part` lanes
+/// valid if `part > 0`, the others zero) into `total`, two-pass.
+#[inline(always)]
+fn merge_block<S: Simd>(s: S, z: &[S::V], n: usize, part: usize, total: &mut Moments) {
+    let mut sum = s.splat(0.0);
+    for &v in z {
+        sum = s.add(sum, v);
+    }
+    let mean = s.reduce_add_f64(sum) / n as f64;
+    let mc = mean as f32;
+    let mv = s.splat(mc);
+    let mut dev = s.splat(0.0);
+    for (j, &v) in z.iter().enumerate() {
+        let mut t = s.sub(v, mv);
+        if part > 0 && j + 1 == z.len() {
+            t = s.select(s.first_lanes(part), t, s.splat(0.0));
+        }
+        dev = s.mul_add(t, t, dev);
+    }
+    let off = mean - mc as f64;
+    total.merge(n as f64, mean, s.reduce_add_f64(dev) - n as f64 * off * off);
+}
+
+/// `Σ h²` over a row of `d` values, in chunks of [`SQUARE_STEPS`] steps reduced in f64;
+/// `pending` runs over the same offsets.
+///
+/// # Safety
+/// `src` covers `d` values, and so does the row of `pending`.
+#[inline(always)]
+pub(crate) unsafe fn sum_squares<S: Simd, R: Source<S>, P: Pending<S>>(s: S, src: &R, d: usize, pending: &P) -> f64 {
+    let lanes = S::LANES;
+    let group = ACC * lanes;
+    let main = d - d % group;
+    let mut trail = Trail::new(pending, d);
+    let mut total = 0.0f64;
+    let mut acc = [s.splat(0.0); ACC];
+    let mut steps = 0;
+    let mut i = 0;
+    // SAFETY (all loads): full loads read `i..i + LANES ≤ d`, the partial one `i..d`.
+    while i < main {
+        for (a, acc) in acc.iter_mut().enumerate() {
+            src.prefetch(s, i + a * lanes);
+            let v = unsafe { src.full(s, i + a * lanes) };
+            *acc = s.mul_add(v, v, *acc);
+        }
+        trail.upto(s, i);
+        i += group;
+        steps += 1;
+        if steps == SQUARE_STEPS {
+            total += reduce_sum(s, &mut acc);
+            steps = 0;
+        }
+    }
+    total += reduce_sum(s, &mut acc);
+    trail.upto(s, d);
+    let mut a = 0;
+    while i + lanes <= d {
+        let v = unsafe { src.full(s, i) };
+        acc[a] = s.mul(v, v);
+        a += 1;
+        i += lanes;
+    }
+    if i < d {
+        let v = s.select(s.first_lanes(d - i), unsafe { src.partial(s, i, d - i) }, s.splat(0.0));
+        acc[a] = s.mul(v, v);
+    }
+    total + reduce_sum(s, &mut acc)
+}
+
+/// Adds the accumulators as a tree (in f32, then the lanes in f64) and zeroes them.
+#[inline(always)]
+fn reduce_sum<S: Simd>(s: S, acc: &mut [S::V; ACC]) -> f64 {
+    let v = s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3]));
+    *acc = [s.splat(0.0); ACC];
+    s.reduce_add_f64(v)
+}
+
+/// The constants of the normalize sweep `y = ((h − μ_hi)·rstd − μ_lo·rstd)·γ + β`.
+#[derive(Clone, Copy)]
+pub(crate) struct Affine {
+    /// `f32(μ)`.
+    pub mean_hi: f32,
+    /// `f32(rstd)`.
+    pub rstd: f32,
+    /// `−(μ − μ_hi)·rstd`, rounded once.
+    pub shift: f32,
+}
+
+impl Affine {
+    /// The constants for `mean` and `rstd` (f64).
+    #[inline(always)]
+    pub fn new(mean: f64, rstd: f64) -> Affine {
+        let mean_hi = mean as f32;
+        Affine {
+            mean_hi,
+            rstd: rstd as f32,
+            shift: (-(mean - mean_hi as f64) * rstd) as f32,
+        }
+    }
+}
+
+/// `rstd = 1/√(var + ε)`, in f64.
+#[inline(always)]
+pub(crate) fn rstd_of(var: f64, eps: f32) -> f64 {
+    1.0 / (var + eps as f64).sqrt()
+}
+
+/// Loads `n ≤ LANES` floats at `p + i`: a full load when `n = LANES`.
+///
+/// # Safety
+/// `p + i .. p + i + n` is readable.
+#[inline(always)]
+pub(crate) unsafe fn load_n<S: Simd>(s: S, p: *const f32, i: usize, n: usize) -> S::V {
+    // SAFETY: forwarded.
+    unsafe {
+        if n == S::LANES {
+            s.load(p.add(i))
+        } else {
+            s.load_partial(p.add(i), n, 0.0)
+        }
+    }
+}
+
+/// Stores `n ≤ LANES` floats at `p + i`.
+///
+/// # Safety
+/// `p + i .. p + i + n` is writable.
+#[inline(always)]
+pub(crate) unsafe fn store_n<S: Simd>(s: S, p: *mut f32, i: usize, n: usize, v: S::V) {
+    // SAFETY: forwarded.
+    unsafe {
+        if n == S::LANES {
+            s.store(p.add(i), v)
+        } else {
+            s.store_partial(p.add(i), n, v)
+        }
+    }
+}
+
+/// Runs `$body` with `$i` (the start) and `$n` (the length) of every vector of a row of `$d`
+/// values: `n = LANES`, unrolled by four so that the latencies of neighbouring vectors overlap,
+/// then a last partial one. A macro rather than a function taking a closure: a closure carries
+/// no target features, and where LLVM declines to inline it its intrinsics become calls.
+macro_rules! for_each_vector {
+    ($lanes:expr, $d:expr, |$i:ident, $n:ident| $body:block) => {{
+        let (lanes, d): (usize, usize) = ($lanes, $d);
+        let mut at = 0;
+        while at + 4 * lanes <= d {
+            for u in 0..4 {
+                let ($i, $n) = (at + u * lanes, lanes);
+                $body
+            }
+            at += 4 * lanes;
+        }
+        while at + lanes <= d {
+            let ($i, $n) = (at, lanes);
+            $body
+            at += lanes;
+        }
+        if at < d {
+            let ($i, $n) = (at, d - at);
+            $body
+        }
+    }};
+}
+pub(crate) use for_each_vector;
+
+/// The two-pass f64 statistics of a row of `d ≥ 1` values at `h`: `None` if the row holds a
+/// NaN or ±∞. The fallback for rows whose f32 statistics overflow, and for non-finite rows.
+///
+/// # Safety
+/// `h..h + d` is readable.
+pub(crate) unsafe fn moments_f64(h: *const f32, d: usize) -> Option<Moments> {
+    // Raw reads: `h` may be the output of the caller (in place), which it writes afterwards.
+    // SAFETY: `j < d`.
+    let at = |j: usize| unsafe { *h.add(j) } as f64;
+    let mut sum = 0.0;
+    for j in 0..d {
+        let v = at(j);
+        if !v.is_finite() {
+            return None;
+        }
+        sum += v;
+    }
+    let mean = sum / d as f64;
+    let m2 = (0..d).map(|j| (at(j) - mean) * (at(j) - mean)).sum();
+    Some(Moments { n: d as f64, mean, m2 })
+}
+
+/// `Error::Param` naming `eps` unless it is finite and positive.
+pub(crate) fn check_eps(eps: f32) -> Result<(), Error> {
+    if eps > 0.0 && eps.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::param("eps", "a finite number > 0", eps))
+    }
+}
+
+/// `Error::Shape` naming `arg` unless `len == want`.
+pub(crate) fn check_len(arg: &'static str, len: usize, want: usize, what: &str) -> Result<(), Error> {
+    if len == want {
+        Ok(())
+    } else {
+        Err(Error::shape(arg, format!("length {want} ({what})"), len))
+    }
+}
+
+/// The optional slice `v` has length `want`.
+pub(crate) fn check_opt(arg: &'static str, v: Option<&[f32]>, want: usize, what: &str) -> Result<(), Error> {
+    v.map_or(Ok(()), |v| check_len(arg, v.len(), want, what))
+}
+
+/// The pointer of an optional slice, null when absent.
+pub(crate) fn ptr_of(v: Option<&[f32]>) -> *const f32 {
+    v.map_or(std::ptr::null(), |v| v.as_ptr())
+}
+
+/// The pointer of an optional output slice, null when absent.
+pub(crate) fn mut_ptr_of(v: Option<&mut [f32]>) -> *mut f32 {
+    v.map_or(std::ptr::null_mut(), |v| v.as_mut_ptr())
+}
+
+/// LayerNorm of each row of the row-major `[rows, d]` matrix `x`, into `out`:
+///
+/// ```text
+/// μ = mean(x),  σ² = mean((x − μ)²)  (biased),  rstd = 1/√(σ² + ε)
+/// y_j = (x_j − μ)·rstd·γ_j + β_j
+/// ```
+///
+/// The statistics take one read of the row (per-lane Welford, see the [module docs](self)),
+/// the normalization one more sweep. A constant row gives `y = β` exactly.
+///
+/// Error bound (`u = 2⁻²⁴`; per row: `R = max |x_j − μ|`, `Z = max |x_j − x₀|`; derived in the
+/// [module docs](self)):
+///
+/// ```text
+/// |y_j − ŷ_j| ≤ |γ_j|·rstd·E_μ + |ŷ_j − β_j|·(ε_r + 3u) + u·|ŷ_j| + 2⁻¹⁴⁸·(1 + |γ_j|)
+/// E_μ = (4R + 12Z)·u + 2⁻¹⁴⁰,   E_v = (20σ² + 9R² + 27R·Z)·u + 2⁻¹⁴⁰·(1 + R)
+/// ε_r = e/2 + e² + 2u,  e = E_v/(σ² + ε)
+/// ```
+///
+/// On ordinary rows (`R, Z` a few σ) that is a few hundred `u` relative to `|ŷ − β|`; the
+/// measured error is a few `u`. On the rows DESIGN.md lists as hard (`[40000, 40001, 40002,
+/// 40003]`, a constant row, `10⁷ + N(0, 1)` at `d = 4096`, rows mixing ±10³⁰) the measured
+/// error is below `10⁻⁵·max(|ŷ_j|, 1)` with `γ = 1, β = 0`, which the tests assert.
+///
+/// NaN policy: a row holding a NaN or ±∞ becomes NaN. Rows whose spread overflows the f32
+/// statistics (beyond about 10¹⁷) are computed in f64, exactly rounded in practice.
+///
+/// # Errors
+/// [`Error::Shape`] if `x.len()` is not a multiple of `d`, or `out`, `gamma`, `beta` have the
+/// wrong length (each named); [`Error::Param`] naming `eps` unless `ε` is finite and > 0.
+///
+/// ```
+/// use kernels::LayerNormOptions;
+///
+/// let x = [1.0, 2.0, 3.0, 4.0, 10.0, 10.0, 10.0, 10.0];
+/// let (gamma, beta) = ([1.0; 4], [0.5; 4]);
+/// let mut y = [0.0; 8];
+/// let opts = LayerNormOptions { gamma: Some(&gamma), beta: Some(&beta), ..Default::default() };
+/// kernels::layer_norm(&x, &mut y, 4, &opts)?;
+/// assert!((y[0] - (0.5 - 1.5 / (1.25f32 + 1e-5).sqrt())).abs() < 1e-6);
+/// assert_eq!(&y[4..], &[0.5; 4]); // a constant row gives β
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn layer_norm(x: &[f32], out: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+    crate::with_detected(|k| k.layer_norm(x, out, d, opts))
+}
+
+/// [`layer_norm()`] in place.
+pub fn layer_norm_inplace(x: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+    crate::with_detected(|k| k.layer_norm_inplace(x, d, opts))
+}
+
+/// [`layer_norm()`], also writing each row's mean `μ` and `rstd` (rounded to f32) to the
+/// slices of `stats` that are present (length `rows` each).
+///
+/// Their bounds (notation of [`layer_norm()`]): `|μ_out − μ| ≤ E_μ + u·|μ|`,
+/// `|rstd_out − rstd| ≤ ε_r·rstd + 2⁻¹⁴⁹`. NaN rows give NaN.
+///
+/// # Errors
+/// As [`layer_norm()`], and [`Error::Shape`] naming `mean` or `rstd` when not of length `rows`.
+pub fn layer_norm_with_stats(
+    x: &[f32],
+    out: &mut [f32],
+    d: usize,
+    opts: &LayerNormOptions,
+    stats: RowStats,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.layer_norm_with_stats(x, out, d, opts, stats))
+}
+
+/// Add & LayerNorm, fused: for each row of the `[rows, d]` matrices `x` and `r`,
+///
+/// ```text
+/// h = α·x + (r + b)        (f32: r + b rounded, then one FMA; without b, one FMA)
+/// y = LayerNorm(h)         (γ, β, ε of `opts`)
+/// ```
+///
+/// `h` is built and its statistics gathered in the same sweep; `h` is written to `h` when
+/// given (the Pre-LN residual stream), else it only passes through `out`. `residual` holds `α`
+/// (1 by default; DeepNorm's `(2N)^¼`) and the optional bias `b` (length `d`).
+///
+/// Error bound: `y` is within the bound of [`layer_norm()`] of the exact LayerNorm of the f32
+/// `h` (which is exactly the rounded value above: `reference::residual` reproduces it bit for
+/// bit). NaN policy as [`layer_norm()`], on `h` (an `h` that overflows to ±∞ makes its row NaN).
+///
+/// # Errors
+/// [`Error::Shape`] naming `x`, `r`, `out`, `h`, `bias`, `gamma` or `beta` on a length mismatch;
+/// [`Error::Param`] naming `eps` or `alpha` (which must be finite).
+///
+/// Post-LN ("Add & Norm" after each sublayer, the original Transformer and BERT),
+/// `x_{l+1} = LN(x_l + f(x_l))`:
+///
+/// ```
+/// use kernels::{LayerNormOptions, Residual};
+///
+/// let d = 4;
+/// let x = vec![0.5f32; 2 * d]; // the block input, [rows, d]
+/// let fx: Vec<f32> = (0..2 * d).map(|i| i as f32).collect(); // f(x): attention or FFN output
+/// let mut next = vec![0.0; 2 * d];
+/// kernels::add_layer_norm(&x, &fx, &mut next, None, d, &Residual::default(), &LayerNormOptions::default())?;
+/// // `next` = LN(x + f(x)) is the input of the next block.
+/// assert!((next[0] + 1.3416).abs() < 1e-3);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+///
+/// Pre-LN (GPT-2, most LLMs), `x_{l+1} = x_l + f(LN(x_l))`: the residual stream goes on
+/// unnormalized and each sublayer reads its LN. Fusing the residual add of one sublayer with
+/// the LN in front of the next writes both in one pass:
+///
+/// ```
+/// use kernels::{LayerNormOptions, Residual};
+///
+/// let d = 4;
+/// let mut stream = vec![1.0f32; d]; // the residual stream x_l
+/// let fx = vec![0.0, 1.0, 2.0, 3.0]; // f(LN(x_{l-1})), the previous sublayer's output
+/// let mut ln = vec![0.0; d];
+/// // stream ← stream + f(…) (that is, h), ln = LN(stream): the next sublayer's input.
+/// kernels::add_layer_norm_inplace(&mut stream, &fx, &mut ln, d, &Residual::default(), &LayerNormOptions::default())?;
+/// assert_eq!(stream, [1.0, 2.0, 3.0, 4.0]);
+/// // The same, keeping the input: h goes to its own slice.
+/// let mut h = vec![0.0; d];
+/// kernels::add_layer_norm(&[1.0; 4], &fx, &mut ln, Some(&mut h), d, &Residual::default(), &LayerNormOptions::default())?;
+/// assert_eq!(h, stream);
+/// // DeepNorm: x_{l+1} = LN(α·x_l + f(x_l)).
+/// let deep = Residual { alpha: (2.0f32 * 12.0).powf(0.25), ..Default::default() };
+/// kernels::add_layer_norm(&[1.0; 4], &fx, &mut ln, None, d, &deep, &LayerNormOptions::default())?;
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn add_layer_norm(
+    x: &[f32],
+    r: &[f32],
+    out: &mut [f32],
+    h: Option<&mut [f32]>,
+    d: usize,
+    residual: &Residual,
+    opts: &LayerNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.add_layer_norm(x, r, out, h, d, residual, opts))
+}
+
+/// [`add_layer_norm()`] with the residual stream updated in place: `x ← h = α·x + (r + b)`,
+/// `out = LayerNorm(h)`.
+pub fn add_layer_norm_inplace(
+    x: &mut [f32],
+    r: &[f32],
+    out: &mut [f32],
+    d: usize,
+    residual: &Residual,
+    opts: &LayerNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.add_layer_norm_inplace(x, r, out, d, residual, opts))
+}
+
+/// [`add_layer_norm()`], also writing the per-row mean and rstd of `h` (see
+/// [`layer_norm_with_stats()`]).
+#[allow(clippy::too_many_arguments)]
+pub fn add_layer_norm_with_stats(
+    x: &[f32],
+    r: &[f32],
+    out: &mut [f32],
+    h: Option<&mut [f32]>,
+    d: usize,
+    residual: &Residual,
+    opts: &LayerNormOptions,
+    stats: RowStats,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.add_layer_norm_with_stats(x, r, out, h, d, residual, opts, stats))
+}
+
+/// RMSNorm of each row of the row-major `[rows, d]` matrix `x`, into `out`:
+///
+/// ```text
+/// ms = mean(x²),  y_j = x_j/√(ms + ε)·g_j        (g optional: 1)
+/// ```
+///
+/// One read for `Σx²` (chunked, reduced in f64), one sweep for `y`.
+///
+/// Error bound (`u = 2⁻²⁴`, derived in the [module docs](self)):
+/// `|y_j − ŷ_j| ≤ |ŷ_j|·(ε_r + 2u) + 2⁻¹⁴⁸·(1 + |g_j|)` with `ε_r = e/2 + e² + 2u`,
+/// `e = (10u·ms + 2⁻¹⁴⁹)/(ms + ε)`: about `9u` relative.
+///
+/// NaN policy: a row holding a NaN or ±∞ becomes NaN; rows whose `Σx²` overflows f32 are
+/// computed in f64.
+///
+/// # Errors
+/// [`Error::Shape`] naming `x`, `out` or `gain` on a length mismatch; [`Error::Param`] naming
+/// `eps` unless it is finite and > 0.
+///
+/// ```
+/// let x = [3.0, -4.0];
+/// let mut y = [0.0; 2];
+/// kernels::rms_norm(&x, &mut y, 2, &Default::default())?;
+/// let rms = (12.5f32 + 1e-6).sqrt();
+/// assert!((y[0] - 3.0 / rms).abs() < 1e-6 && (y[1] + 4.0 / rms).abs() < 1e-6);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn rms_norm(x: &[f32], out: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+    crate::with_detected(|k| k.rms_norm(x, out, d, opts))
+}
+
+/// [`rms_norm()`] in place.
+pub fn rms_norm_inplace(x: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+    crate::with_detected(|k| k.rms_norm_inplace(x, d, opts))
+}
+
+/// Add & RMSNorm, fused: `h = α·x + (r + b)` (as in [`add_layer_norm()`]), `y = RMSNorm(h)`,
+/// `h` written to `h` when given. GAU-α's block is `rms_norm(x + O)` without gain:
+/// `add_rms_norm(x, o, out, None, d, &Residual::default(), &RmsNormOptions::default())`.
+///
+/// Error bound: that of [`rms_norm()`] on the f32 `h`. NaN policy as [`rms_norm()`], on `h`.
+///
+/// # Errors
+/// As [`add_layer_norm()`], with `gain` for `gamma`.
+pub fn add_rms_norm(
+    x: &[f32],
+    r: &[f32],
+    out: &mut [f32],
+    h: Option<&mut [f32]>,
+    d: usize,
+    residual: &Residual,
+    opts: &RmsNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.add_rms_norm(x, r, out, h, d, residual, opts))
+}
+
+/// [`add_rms_norm()`] with the residual stream updated in place: `x ← h`.
+pub fn add_rms_norm_inplace(
+    x: &mut [f32],
+    r: &[f32],
+    out: &mut [f32],
+    d: usize,
+    residual: &Residual,
+    opts: &RmsNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.add_rms_norm_inplace(x, r, out, d, residual, opts))
+}
+
+/// BatchNorm in inference mode over `x` of shape `shape = [N, C, S]` (row-major; `S` the
+/// spatial positions flattened, 1 for `[N, C]`), with the running statistics `μ_c, v_c`:
+///
+/// ```text
+/// y = (x − μ_c)/√(v_c + ε)·γ_c + β_c,  computed folded:  y = fma(x, s_c, b_c),
+/// s_c = f32(γ_c/√(v_c + ε)),  b_c = f32(β_c − μ_c·s_c)   (per channel, in f64)
+/// ```
+///
+/// Error bound (`u = 2⁻²⁴`, `s_c`, `b_c` exact): `|y − ŷ| ≤ u·(|x − μ_c|·|s_c| + |b_c| + |ŷ|) +
+/// 2⁻⁴⁰·(|μ_c·s_c| + |b_c| + |ŷ|) + 2⁻¹⁴⁸` (the rounding of `s_c`, of `b_c` and of the FMA; the
+/// second term covers the second-order and f64 roundings). Elementwise: a NaN `x` gives NaN,
+/// ±∞ gives ±∞ (NaN if `s_c = 0`); a negative or NaN `v_c` makes its channel NaN; the fold
+/// requires `|μ_c·s_c|` below the f32 range.
+///
+/// # Errors
+/// [`Error::Shape`] naming `shape` (if `N·C·S` overflows), `x`, `out`, `running_mean`,
+/// `running_var`, `gamma` or `beta`; [`Error::Param`] naming `eps`.
+///
+/// ```
+/// use kernels::BatchNormOptions;
+///
+/// // N = 2, C = 2, S = 1.
+/// let x = [1.0, 10.0, 3.0, 30.0];
+/// let mut y = [0.0; 4];
+/// kernels::batch_norm(&x, &mut y, [2, 2, 1], &[2.0, 20.0], &[1.0, 100.0], &BatchNormOptions::default())?;
+/// assert!((y[0] + 1.0).abs() < 1e-4 && (y[3] - 1.0).abs() < 1e-4);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn batch_norm(
+    x: &[f32],
+    out: &mut [f32],
+    shape: [usize; 3],
+    running_mean: &[f32],
+    running_var: &[f32],
+    opts: &BatchNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.batch_norm(x, out, shape, running_mean, running_var, opts))
+}
+
+/// [`batch_norm()`] in place.
+pub fn batch_norm_inplace(
+    x: &mut [f32],
+    shape: [usize; 3],
+    running_mean: &[f32],
+    running_var: &[f32],
+    opts: &BatchNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.batch_norm_inplace(x, shape, running_mean, running_var, opts))
+}
+
+/// BatchNorm in training mode over `x` of shape `[N, C, S]`: the statistics of each channel
+/// over its `N·S` values, in a single pass (Welford, see the [module docs](self)), then
+///
+/// ```text
+/// y = (x − μ_c)·rstd_c·γ_c + β_c,        rstd_c = 1/√(σ²_c + ε)   (σ² biased)
+/// running_mean_c ← (1 − m)·running_mean_c + m·μ_c
+/// running_var_c  ← (1 − m)·running_var_c  + m·σ²_c·N·S/(N·S − 1)   (unbiased, as PyTorch)
+/// ```
+///
+/// with the momentum `m` of `opts` (0.1 by default).
+///
+/// Error bound: that of [`layer_norm()`] per channel (`d = N·S`), with `Z = 2R` (the shifts are
+/// per position when `S` is short); the running averages are within `m·E_μ + u·|r|` and
+/// `m·E_v·N·S/(N·S − 1) + u·|r|` (+ 2⁻¹⁴⁹) of the update with exact statistics.
+///
+/// NaN policy: a channel holding a NaN or ±∞ gives NaN for its `y`, its statistics and its
+/// running averages.
+///
+/// # Errors
+/// As [`batch_norm()`], and [`Error::Shape`] naming `shape` if a channel has fewer than 2
+/// values (`N·S < 2`, the unbiased variance is undefined); [`Error::Param`] naming `momentum`
+/// unless it is in `[0, 1]`.
+///
+/// ```
+/// use kernels::BatchNormOptions;
+///
+/// let x = [1.0, 10.0, 3.0, 30.0]; // [N = 2, C = 2, S = 1]
+/// let mut y = [0.0; 4];
+/// let (mut mean, mut var) = ([0.0; 2], [1.0; 2]);
+/// kernels::batch_norm_train(&x, &mut y, [2, 2, 1], &mut mean, &mut var, &BatchNormOptions::default())?;
+/// assert!((y[0] + 1.0).abs() < 1e-4 && (y[1] + 1.0).abs() < 1e-4);
+/// assert!((mean[1] - 2.0).abs() < 1e-6 && (var[0] - (0.9 + 0.1 * 2.0)).abs() < 1e-6);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn batch_norm_train(
+    x: &[f32],
+    out: &mut [f32],
+    shape: [usize; 3],
+    running_mean: &mut [f32],
+    running_var: &mut [f32],
+    opts: &BatchNormOptions,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.batch_norm_train(x, out, shape, running_mean, running_var, opts))
+}
+
+/// [`batch_norm_train()`], also writing each channel's batch mean and rstd (rounded to f32;
+/// what a backward pass keeps) to the slices of `stats` that are present (length `C` each).
+///
+/// # Errors
+/// As [`batch_norm_train()`], and [`Error::Shape`] naming `mean` or `rstd` when not of length
+/// `C`.
+pub fn batch_norm_train_with_stats(
+    x: &[f32],
+    out: &mut [f32],
+    shape: [usize; 3],
+    running_mean: &mut [f32],
+    running_var: &mut [f32],
+    opts: &BatchNormOptions,
+    stats: RowStats,
+) -> Result<(), Error> {
+    crate::with_detected(|k| k.batch_norm_train_with_stats(x, out, shape, running_mean, running_var, opts, stats))
+}

@@ -1,0 +1,204 @@
+//! RMSNorm and the fused Add & RMSNorm.
+
+use super::layer_norm::{NormArgs, NormCall, NormKind, RowOp};
+use super::{for_each_vector, load_n, rstd_of, store_n, sum_squares, Pending, Residual, RowStats, Source};
+use crate::dispatch::Kernels;
+use crate::simd::Simd;
+use crate::Error;
+
+/// Options of [`rms_norm`](crate::rms_norm()) and [`add_rms_norm`](crate::add_rms_norm()).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RmsNormOptions<'a> {
+    /// The gain `g`, length `d`; absent means 1 (GAU-α uses none).
+    pub gain: Option<&'a [f32]>,
+    /// Added to the mean square; must be finite and > 0. Default `1e-6`.
+    pub eps: f32,
+}
+
+impl Default for RmsNormOptions<'_> {
+    fn default() -> Self {
+        RmsNormOptions { gain: None, eps: 1e-6 }
+    }
+}
+
+impl Kernels {
+    /// RMSNorm of each row of `x` (`[rows, d]`) into `out`. See [`rms_norm`](crate::rms_norm()).
+    pub fn rms_norm(&self, x: &[f32], out: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (out.as_mut_ptr(), out.len()),
+            None,
+            None,
+            d,
+            opts,
+        ))
+    }
+
+    /// RMSNorm of each row of `x` (`[rows, d]`), in place.
+    pub fn rms_norm_inplace(&self, x: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (x.as_mut_ptr(), x.len()),
+            None,
+            None,
+            d,
+            opts,
+        ))
+    }
+
+    /// `h = α·x + (r + b)`, `out = RMSNorm(h)`, `h` written to `h` if given. See
+    /// [`add_rms_norm`](crate::add_rms_norm()).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rms_norm(
+        &self,
+        x: &[f32],
+        r: &[f32],
+        out: &mut [f32],
+        h: Option<&mut [f32]>,
+        d: usize,
+        residual: &Residual,
+        opts: &RmsNormOptions,
+    ) -> Result<(), Error> {
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (out.as_mut_ptr(), out.len()),
+            Some((r, *residual)),
+            h.map(|h| (h.as_mut_ptr(), h.len())),
+            d,
+            opts,
+        ))
+    }
+
+    /// [`add_rms_norm`](Self::add_rms_norm) with the residual stream updated in place:
+    /// `x ← α·x + (r + b)`, `out = RMSNorm(x)`.
+    pub fn add_rms_norm_inplace(
+        &self,
+        x: &mut [f32],
+        r: &[f32],
+        out: &mut [f32],
+        d: usize,
+        residual: &Residual,
+        opts: &RmsNormOptions,
+    ) -> Result<(), Error> {
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (out.as_mut_ptr(), out.len()),
+            Some((r, *residual)),
+            Some((x.as_mut_ptr(), x.len())),
+            d,
+            opts,
+        ))
+    }
+}
+
+fn rms_args<'a>(
+    x: (*const f32, usize),
+    y: (*mut f32, usize),
+    add: Option<(&'a [f32], Residual<'a>)>,
+    h: Option<(*mut f32, usize)>,
+    d: usize,
+    opts: &RmsNormOptions<'a>,
+) -> NormArgs<'a, 'static> {
+    NormArgs {
+        kind: NormKind::Rms,
+        x,
+        y,
+        add,
+        h,
+        d,
+        gamma: opts.gain,
+        beta: None,
+        eps: opts.eps,
+        stats: RowStats::default(),
+    }
+}
+
+/// RMSNorm of one row, with or without the gain.
+pub(crate) struct Rms<const GAIN: bool>;
+
+impl<const GAIN: bool> RowOp for Rms<GAIN> {
+    /// `rstd`, NaN where the row needs the f64 path.
+    type Stats = f64;
+    type Sweep<S: Simd> = Scale<S, GAIN>;
+
+    #[inline(always)]
+    unsafe fn stats<S: Simd, R: Source<S>, P: Pending<S>>(s: S, call: &NormCall, src: &R, pending: &P) -> f64 {
+        // SAFETY: the row holds `d ≥ 1` values.
+        let sum = unsafe { sum_squares(s, src, call.d, pending) };
+        if sum.is_finite() {
+            rstd_of(sum * (1.0 / call.d as f64), call.eps)
+        } else {
+            f64::NAN
+        }
+    }
+
+    #[inline(always)]
+    fn sweep<S: Simd>(s: S, call: &NormCall, rstd: f64, h: *const f32, y: *mut f32) -> Option<Scale<S, GAIN>> {
+        (!rstd.is_nan()).then(|| Scale {
+            h,
+            y,
+            gain: call.gamma,
+            rstd: s.splat(rstd as f32),
+        })
+    }
+
+    unsafe fn wide(call: &NormCall, h: *const f32, y: *mut f32) -> (f32, f32) {
+        // SAFETY: forwarded.
+        unsafe { rms_row_f64(h, y, call.d, call.gamma, call.eps) }
+    }
+
+    #[inline(always)]
+    fn outputs(rstd: f64) -> (f32, f32) {
+        (f32::NAN, rstd as f32)
+    }
+}
+
+/// The normalize sweep of one row of RMSNorm: `y = h·rstd·g`.
+pub(crate) struct Scale<S: Simd, const GAIN: bool> {
+    h: *const f32,
+    y: *mut f32,
+    gain: *const f32,
+    rstd: S::V,
+}
+
+impl<S: Simd, const GAIN: bool> Pending<S> for Scale<S, GAIN> {
+    #[inline(always)]
+    unsafe fn run(&self, s: S, i: usize, n: usize) {
+        let (h, y, gain) = (self.h, self.y, self.gain);
+        for_each_vector!(S::LANES, n, |j, m| {
+            let at = i + j;
+            // SAFETY: `at + m ≤ d` for every operand.
+            unsafe {
+                let v = s.mul(load_n(s, h, at, m), self.rstd);
+                let v = if GAIN { s.mul(v, load_n(s, gain, at, m)) } else { v };
+                store_n(s, y, at, m, v);
+            }
+        });
+    }
+}
+
+/// RMSNorm of a row in f64: the fallback for rows whose f32 sum of squares overflows, and for
+/// rows holding a NaN or ±∞ (which become NaN).
+///
+/// # Safety
+/// `h` covers `d` values, `y` `d` writable ones (equal to `h` if they overlap); `gain` is
+/// null or covers `d`.
+unsafe fn rms_row_f64(h: *const f32, y: *mut f32, d: usize, gain: *const f32, eps: f32) -> (f32, f32) {
+    // SAFETY: `j < d` for every operand; `h` is read in full before `y` is written.
+    unsafe {
+        let at = |j: usize| *h.add(j) as f64;
+        if (0..d).any(|j| !at(j).is_finite()) {
+            std::slice::from_raw_parts_mut(y, d).fill(f32::NAN);
+            return (f32::NAN, f32::NAN);
+        }
+        let rstd = rstd_of((0..d).map(|j| at(j) * at(j)).sum::<f64>() / d as f64, eps);
+        for j in 0..d {
+            let mut v = at(j) * rstd;
+            if !gain.is_null() {
+                v *= *gain.add(j) as f64;
+            }
+            *y.add(j) = v as f32;
+        }
+        (f32::NAN, rstd as f32)
+    }
+}

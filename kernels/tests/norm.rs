@@ -1,0 +1,860 @@
+//! The normalization family on every ISA against the f64 oracle, under the documented bounds
+//! (`reference::check_*` implement them), plus the hard rows of DESIGN.md and the errors.
+
+mod common;
+
+use std::sync::Mutex;
+
+use common::{all_kernels, misaligned, SPECIALS};
+use kernels::{BatchNormOptions, Error, Kernels, LayerNormOptions, Residual, RmsNormOptions, RowStats};
+use proptest::prelude::*;
+use reference::BatchNormTrainOutputs;
+
+/// The worst ratio of error to bound seen per kernel and ISA, printed by `zz_report_worst_ratios`
+/// (run the tests with `--nocapture` to see it).
+static WORST: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
+
+fn record(what: &str, k: &Kernels, ratio: f64) {
+    let key = format!("{what} {}", k.isa());
+    let mut w = WORST.lock().unwrap();
+    match w.iter_mut().find(|(n, _)| *n == key) {
+        Some((_, r)) => *r = r.max(ratio),
+        None => w.push((key, ratio)),
+    }
+}
+
+/// Row shapes `(d, rows)`: every tail up to three AVX-512 vectors and a bit, longer rows, many
+/// short rows, and rows up to 16384.
+fn shape() -> impl Strategy<Value = (usize, usize)> {
+    prop_oneof![
+        6 => (1usize..=50, 1usize..=4),
+        2 => (51usize..=300, 1usize..=3),
+        1 => (1usize..=16, 500usize..=3000),
+        1 => (3000usize..=16384, 1usize..=2),
+    ]
+}
+
+/// Row values of one of several kinds: ordinary, far from 0, with the special values, of
+/// mixed huge magnitudes, tiny.
+fn values(n: usize) -> impl Strategy<Value = Vec<f32>> {
+    (0u8..6).prop_flat_map(move |kind| {
+        let v = match kind {
+            0 => (-4.0f32..4.0).boxed(),
+            1 => (-1.0f32..1.0).prop_map(|v| 1e4 + v).boxed(),
+            2 => prop_oneof![60 => -30.0f32..30.0, 1 => proptest::sample::select(SPECIALS.to_vec())].boxed(),
+            3 => proptest::sample::select(vec![1e30f32, -1e30, 1e-30, 3.0e38, -3.0e38, 1.0, -1.0, 0.0, 1e19]).boxed(),
+            4 => (-1e-20f32..1e-20).boxed(),
+            _ => (-1.0f32..1.0).prop_map(|v| 1e7 + v * 8.0).boxed(),
+        };
+        proptest::collection::vec(v, n)
+    })
+}
+
+fn eps() -> impl Strategy<Value = f32> {
+    proptest::sample::select(vec![1e-5f32, 1e-6, 1e-12, 1.0, 1e-30])
+}
+
+fn param(d: usize) -> impl Strategy<Value = Option<Vec<f32>>> {
+    proptest::option::of(proptest::collection::vec(-2.0f32..2.0, d))
+}
+
+#[derive(Debug, Clone)]
+struct LnCase {
+    x: Vec<f32>,
+    d: usize,
+    gamma: Option<Vec<f32>>,
+    beta: Option<Vec<f32>>,
+    eps: f32,
+    offset: usize,
+    mode: u8,
+}
+
+fn ln_case() -> impl Strategy<Value = LnCase> {
+    (shape(), 0usize..16, 0u8..3).prop_flat_map(|((d, rows), offset, mode)| {
+        (values(d * rows), param(d), param(d), eps()).prop_map(move |(x, gamma, beta, eps)| LnCase {
+            x,
+            d,
+            gamma,
+            beta,
+            eps,
+            offset,
+            mode,
+        })
+    })
+}
+
+/// Per-row means and rstd written by a kernel.
+type Stats = (Vec<f32>, Vec<f32>);
+
+/// Runs the case as `mode` says (0: out of place, 1: in place, 2: with the statistics);
+/// returns `y`, and the statistics if asked for.
+fn run_layer_norm(k: &Kernels, c: &LnCase) -> (Vec<f32>, Option<Stats>) {
+    let opts = LayerNormOptions {
+        gamma: c.gamma.as_deref(),
+        beta: c.beta.as_deref(),
+        eps: c.eps,
+    };
+    let rows = c.x.len() / c.d;
+    let mut buf = misaligned(&c.x, c.offset);
+    let o = (c.offset * 7) % 16;
+    let mut out = misaligned(&vec![0.0; c.x.len()], o);
+    match c.mode {
+        1 => {
+            k.layer_norm_inplace(&mut buf[c.offset..], c.d, &opts).unwrap();
+            (buf[c.offset..].to_vec(), None)
+        }
+        2 => {
+            let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
+            let stats = RowStats {
+                mean: Some(&mut mean),
+                rstd: Some(&mut rstd),
+            };
+            k.layer_norm_with_stats(&buf[c.offset..], &mut out[o..], c.d, &opts, stats)
+                .unwrap();
+            assert!(out[..o].iter().all(|v| v.is_nan()), "wrote before the output slice");
+            (out[o..].to_vec(), Some((mean, rstd)))
+        }
+        _ => {
+            k.layer_norm(&buf[c.offset..], &mut out[o..], c.d, &opts).unwrap();
+            assert!(out[..o].iter().all(|v| v.is_nan()), "wrote before the output slice");
+            (out[o..].to_vec(), None)
+        }
+    }
+}
+
+fn check_ln(
+    k: &Kernels,
+    what: &str,
+    h: &[f32],
+    d: usize,
+    opts: &LayerNormOptions,
+    y: &[f32],
+    stats: Option<&Stats>,
+) -> Result<(), TestCaseError> {
+    let ratio = reference::check_layer_norm(
+        h,
+        d,
+        opts.gamma,
+        opts.beta,
+        opts.eps,
+        y,
+        stats.map(|s| &s.0[..]),
+        stats.map(|s| &s.1[..]),
+    )
+    .map_err(|m| TestCaseError::fail(format!("{what} isa {} d {d} eps {}: {m}", k.isa(), opts.eps)))?;
+    record(what, k, ratio);
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+struct AddCase {
+    x: Vec<f32>,
+    r: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    alpha: f32,
+    d: usize,
+    gamma: Option<Vec<f32>>,
+    beta: Option<Vec<f32>>,
+    eps: f32,
+    /// 0: no `h` output, 1: `h` output, 2: in place, 3: `h` output and statistics.
+    mode: u8,
+}
+
+fn add_case() -> impl Strategy<Value = AddCase> {
+    (shape(), 0u8..4).prop_flat_map(|((d, rows), mode)| {
+        let alpha = prop_oneof![2 => Just(1.0f32), 1 => -3.0f32..3.0, 1 => Just(2.2134f32)];
+        (
+            values(d * rows),
+            proptest::collection::vec(-4.0f32..4.0, d * rows),
+            param(d),
+            alpha,
+            param(d),
+            param(d),
+            eps(),
+        )
+            .prop_map(move |(x, r, bias, alpha, gamma, beta, eps)| AddCase {
+                x,
+                r,
+                bias,
+                alpha,
+                d,
+                gamma,
+                beta,
+                eps,
+                mode,
+            })
+    })
+}
+
+/// Runs an add case on the LayerNorm (`rms = false`) or RMSNorm form: returns `y`, `h` when
+/// the mode outputs it, and the statistics (LayerNorm, mode 3).
+type AddRun = (Vec<f32>, Option<Vec<f32>>, Option<Stats>);
+
+fn run_add(k: &Kernels, c: &AddCase, rms: bool) -> AddRun {
+    let residual = Residual {
+        alpha: c.alpha,
+        bias: c.bias.as_deref(),
+    };
+    let ln = LayerNormOptions {
+        gamma: c.gamma.as_deref(),
+        beta: c.beta.as_deref(),
+        eps: c.eps,
+    };
+    let rn = RmsNormOptions {
+        gain: c.gamma.as_deref(),
+        eps: c.eps,
+    };
+    let n = c.x.len();
+    let rows = n / c.d;
+    let mut y = misaligned(&vec![0.0; n], 3);
+    let yv = &mut y[3..];
+    let (mut h, mut stats) = (None, None);
+    match c.mode {
+        0 if rms => k.add_rms_norm(&c.x, &c.r, yv, None, c.d, &residual, &rn).unwrap(),
+        0 => k.add_layer_norm(&c.x, &c.r, yv, None, c.d, &residual, &ln).unwrap(),
+        2 => {
+            let mut x = misaligned(&c.x, 5);
+            if rms {
+                k.add_rms_norm_inplace(&mut x[5..], &c.r, yv, c.d, &residual, &rn)
+                    .unwrap();
+            } else {
+                k.add_layer_norm_inplace(&mut x[5..], &c.r, yv, c.d, &residual, &ln)
+                    .unwrap();
+            }
+            h = Some(x[5..].to_vec());
+        }
+        _ => {
+            let mut hb = vec![0.0; n];
+            if rms {
+                k.add_rms_norm(&c.x, &c.r, yv, Some(&mut hb), c.d, &residual, &rn)
+                    .unwrap();
+            } else if c.mode == 3 {
+                let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
+                let s = RowStats {
+                    mean: Some(&mut mean),
+                    rstd: Some(&mut rstd),
+                };
+                k.add_layer_norm_with_stats(&c.x, &c.r, yv, Some(&mut hb), c.d, &residual, &ln, s)
+                    .unwrap();
+                stats = Some((mean, rstd));
+            } else {
+                k.add_layer_norm(&c.x, &c.r, yv, Some(&mut hb), c.d, &residual, &ln)
+                    .unwrap();
+            }
+            h = Some(hb);
+        }
+    }
+    assert!(y[..3].iter().all(|v| v.is_nan()), "wrote before the output slice");
+    (y[3..].to_vec(), h, stats)
+}
+
+/// `h` is the f32 residual of the definition, bit for bit.
+fn check_h(k: &Kernels, want: &[f32], got: &[f32]) -> Result<(), TestCaseError> {
+    for (j, (a, b)) in want.iter().zip(got).enumerate() {
+        prop_assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "isa {}: h[{j}] = {b:e}, want {a:e}",
+            k.isa()
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+struct RmsCase {
+    x: Vec<f32>,
+    d: usize,
+    gain: Option<Vec<f32>>,
+    eps: f32,
+    inplace: bool,
+    offset: usize,
+}
+
+fn rms_case() -> impl Strategy<Value = RmsCase> {
+    (shape(), any::<bool>(), 0usize..16).prop_flat_map(|((d, rows), inplace, offset)| {
+        (values(d * rows), param(d), eps()).prop_map(move |(x, gain, eps)| RmsCase {
+            x,
+            d,
+            gain,
+            eps,
+            inplace,
+            offset,
+        })
+    })
+}
+
+#[derive(Debug, Clone)]
+struct BnCase {
+    x: Vec<f32>,
+    shape: [usize; 3],
+    mean: Vec<f32>,
+    var: Vec<f32>,
+    gamma: Option<Vec<f32>>,
+    beta: Option<Vec<f32>>,
+    eps: f32,
+    momentum: f32,
+    stats: bool,
+}
+
+/// `[N, C, S]` with short and long segments on every vector width (both training paths).
+fn bn_case() -> impl Strategy<Value = BnCase> {
+    let s = prop_oneof![
+        3 => 1usize..=20,
+        1 => proptest::sample::select(vec![31usize, 64, 100, 255, 256, 300, 1030, 2000]),
+    ];
+    (1usize..=40, 1usize..=12, s, any::<bool>()).prop_flat_map(|(n, c, s, stats)| {
+        let n = if n * s < 2 { 2 } else { n };
+        let len = n * c * s;
+        (
+            values(len),
+            proptest::collection::vec(-3.0f32..3.0, c),
+            proptest::collection::vec(0.0f32..4.0, c),
+            param(c),
+            param(c),
+            eps(),
+            prop_oneof![Just(0.1f32), 0.0f32..=1.0],
+        )
+            .prop_map(move |(x, mean, var, gamma, beta, eps, momentum)| BnCase {
+                x,
+                shape: [n, c, s],
+                mean,
+                var,
+                gamma,
+                beta,
+                eps,
+                momentum,
+                stats,
+            })
+    })
+}
+
+fn bn_opts(c: &BnCase) -> BatchNormOptions<'_> {
+    BatchNormOptions {
+        gamma: c.gamma.as_deref(),
+        beta: c.beta.as_deref(),
+        eps: c.eps,
+        momentum: c.momentum,
+    }
+}
+
+/// Runs the property `f` over `cases` cases of `strategy` (failures are shrunk and reported as
+/// proptest does), then prints the worst ratio of error to bound it recorded per ISA.
+fn run_prop<S: Strategy>(name: &str, cases: u32, strategy: S, f: impl Fn(S::Value) -> Result<(), TestCaseError>) {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    });
+    if let Err(e) = runner.run(&strategy, f) {
+        panic!("{name}: {e}");
+    }
+    for (key, ratio) in WORST.lock().unwrap().iter() {
+        if key.rsplit_once(' ').map(|(n, _)| n) == Some(name) {
+            eprintln!("{key:>32}: worst error/bound {ratio:.3}");
+        }
+    }
+}
+
+#[test]
+fn layer_norm_matches_oracle_on_every_isa() {
+    run_prop("layer_norm", 200, ln_case(), |c| {
+        let opts = LayerNormOptions {
+            gamma: c.gamma.as_deref(),
+            beta: c.beta.as_deref(),
+            eps: c.eps,
+        };
+        for k in all_kernels() {
+            let (y, stats) = run_layer_norm(&k, &c);
+            check_ln(&k, "layer_norm", &c.x, c.d, &opts, &y, stats.as_ref())?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn add_layer_norm_matches_oracle_on_every_isa() {
+    run_prop("add_layer_norm", 200, add_case(), |c| {
+        let opts = LayerNormOptions {
+            gamma: c.gamma.as_deref(),
+            beta: c.beta.as_deref(),
+            eps: c.eps,
+        };
+        let h = reference::residual(&c.x, &c.r, c.bias.as_deref(), c.alpha, c.d);
+        for k in all_kernels() {
+            let (y, got_h, stats) = run_add(&k, &c, false);
+            if let Some(got_h) = &got_h {
+                check_h(&k, &h, got_h)?;
+            }
+            check_ln(&k, "add_layer_norm", &h, c.d, &opts, &y, stats.as_ref())?;
+            if c.mode != 0 {
+                // Writing `h` or not does not change `y`.
+                let (y0, _, _) = run_add(&k, &AddCase { mode: 0, ..c.clone() }, false);
+                prop_assert!(y
+                    .iter()
+                    .zip(&y0)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()));
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn rms_norm_matches_oracle_on_every_isa() {
+    run_prop("rms_norm", 200, rms_case(), |c| {
+        let opts = RmsNormOptions {
+            gain: c.gain.as_deref(),
+            eps: c.eps,
+        };
+        for k in all_kernels() {
+            let mut buf = misaligned(&c.x, c.offset);
+            let y = if c.inplace {
+                k.rms_norm_inplace(&mut buf[c.offset..], c.d, &opts).unwrap();
+                buf[c.offset..].to_vec()
+            } else {
+                let mut out = vec![0.0; c.x.len()];
+                k.rms_norm(&buf[c.offset..], &mut out, c.d, &opts).unwrap();
+                out
+            };
+            let ratio = reference::check_rms_norm(&c.x, c.d, opts.gain, c.eps, &y)
+                .map_err(|m| TestCaseError::fail(format!("isa {} d {}: {m}", k.isa(), c.d)))?;
+            record("rms_norm", &k, ratio);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn add_rms_norm_matches_oracle_on_every_isa() {
+    run_prop("add_rms_norm", 200, add_case(), |c| {
+        let c = AddCase { mode: c.mode % 3, ..c };
+        let h = reference::residual(&c.x, &c.r, c.bias.as_deref(), c.alpha, c.d);
+        for k in all_kernels() {
+            let (y, got_h, _) = run_add(&k, &c, true);
+            if let Some(got_h) = &got_h {
+                check_h(&k, &h, got_h)?;
+            }
+            let ratio = reference::check_rms_norm(&h, c.d, c.gamma.as_deref(), c.eps, &y)
+                .map_err(|m| TestCaseError::fail(format!("isa {} d {}: {m}", k.isa(), c.d)))?;
+            record("add_rms_norm", &k, ratio);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn batch_norm_matches_oracle_on_every_isa() {
+    run_prop("batch_norm", 200, bn_case(), |c| {
+        let opts = bn_opts(&c);
+        for k in all_kernels() {
+            let mut y = vec![0.0; c.x.len()];
+            k.batch_norm(&c.x, &mut y, c.shape, &c.mean, &c.var, &opts).unwrap();
+            let mut z = c.x.clone();
+            k.batch_norm_inplace(&mut z, c.shape, &c.mean, &c.var, &opts).unwrap();
+            prop_assert!(y
+                .iter()
+                .zip(&z)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()));
+            let ratio = reference::check_batch_norm(&c.x, c.shape, &c.mean, &c.var, opts.gamma, opts.beta, c.eps, &y)
+                .map_err(|m| TestCaseError::fail(format!("isa {} shape {:?}: {m}", k.isa(), c.shape)))?;
+            record("batch_norm", &k, ratio);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn batch_norm_train_matches_oracle_on_every_isa() {
+    run_prop("batch_norm_train", 200, bn_case(), |c| {
+        let opts = bn_opts(&c);
+        let ch = c.shape[1];
+        for k in all_kernels() {
+            let mut y = vec![0.0; c.x.len()];
+            let (mut rm, mut rv) = (c.mean.clone(), c.var.clone());
+            let (mut mean, mut rstd) = (vec![0.0; ch], vec![0.0; ch]);
+            if c.stats {
+                let s = RowStats {
+                    mean: Some(&mut mean),
+                    rstd: Some(&mut rstd),
+                };
+                k.batch_norm_train_with_stats(&c.x, &mut y, c.shape, &mut rm, &mut rv, &opts, s)
+                    .unwrap();
+            } else {
+                k.batch_norm_train(&c.x, &mut y, c.shape, &mut rm, &mut rv, &opts)
+                    .unwrap();
+            }
+            let got = BatchNormTrainOutputs {
+                y: &y,
+                running_mean: &rm,
+                running_var: &rv,
+                mean: c.stats.then_some(&mean[..]),
+                rstd: c.stats.then_some(&rstd[..]),
+            };
+            let ratio = reference::check_batch_norm_train(
+                &c.x, c.shape, &c.mean, &c.var, opts.gamma, opts.beta, c.eps, c.momentum, got,
+            )
+            .map_err(|m| TestCaseError::fail(format!("isa {} shape {:?}: {m}", k.isa(), c.shape)))?;
+            record("batch_norm_train", &k, ratio);
+        }
+        Ok(())
+    });
+}
+
+/// A deterministic generator of `N(0, 1)` samples (xorshift64* and Box–Muller).
+struct Normal(u64);
+
+impl Normal {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn sample(&mut self) -> f64 {
+        let (a, b) = (self.uniform(), self.uniform());
+        (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
+    }
+}
+
+/// `|y − ŷ| ≤ 10⁻⁵·max(|ŷ|, 1)` for every element (γ = 1, β = 0: the outputs are in units of
+/// the row's standard deviation), and the documented bound.
+fn assert_hard(k: &Kernels, name: &str, x: &[f32], d: usize, y: &[f32]) {
+    let exact = reference::layer_norm(x, d, None, None, 1e-5);
+    let mut worst = 0.0f64;
+    for (j, (&got, &e)) in y.iter().zip(&exact.y).enumerate() {
+        if e.is_nan() {
+            assert!(got.is_nan(), "{name} isa {}: y[{j}] = {got}, want NaN", k.isa());
+            continue;
+        }
+        let rel = (got as f64 - e).abs() / e.abs().max(1.0);
+        worst = worst.max(rel);
+        assert!(
+            rel <= 1e-5,
+            "{name} isa {}: y[{j}] = {got:e}, exact {e:e}: {rel:e} > 1e-5",
+            k.isa()
+        );
+    }
+    reference::check_layer_norm(x, d, None, None, 1e-5, y, None, None)
+        .unwrap_or_else(|m| panic!("{name} isa {}: {m}", k.isa()));
+    eprintln!("{name:>26} {:>7}: worst error {worst:.2e}·max(|ŷ|, 1)", k.isa().name());
+}
+
+/// The rows DESIGN.md lists as breaking `E[x²] − E[x]²`, on every ISA, through `layer_norm` and
+/// through `add_layer_norm` (as `x + 0`, with and without the `h` output).
+#[test]
+fn hard_rows() {
+    let mut g = Normal(0x9e37_79b9_7f4a_7c15);
+    let big: Vec<f32> = (0..4096).map(|_| (1e7 + g.sample()) as f32).collect();
+    let huge: Vec<f32> = (0..1000)
+        .map(|j| if (j * 7) % 3 == 0 { 1e30 } else { -1e30 } * (1.0 + j as f32 / 1000.0))
+        .collect();
+    let mut nan_row: Vec<f32> = (0..300).map(|j| j as f32).collect();
+    nan_row[123] = f32::NAN;
+    let cases: Vec<(&str, Vec<f32>, usize)> = vec![
+        (
+            "[40000, 40001, 40002, 40003]",
+            vec![40000.0, 40001.0, 40002.0, 40003.0],
+            4,
+        ),
+        ("1e7 + N(0, 1), d = 4096", big, 4096),
+        ("±1e30, d = 1000", huge, 1000),
+        (
+            "NaN row and a finite one",
+            [nan_row.clone(), nan_row.iter().map(|v| v.min(5.0)).collect()].concat(),
+            300,
+        ),
+    ];
+    for k in all_kernels() {
+        for (name, x, d) in &cases {
+            let mut y = vec![0.0; x.len()];
+            k.layer_norm(x, &mut y, *d, &LayerNormOptions::default()).unwrap();
+            assert_hard(&k, name, x, *d, &y);
+            let zero = vec![0.0; x.len()];
+            let mut h = vec![0.0; x.len()];
+            let mut y2 = vec![0.0; x.len()];
+            k.add_layer_norm(
+                x,
+                &zero,
+                &mut y2,
+                Some(&mut h),
+                *d,
+                &Residual::default(),
+                &Default::default(),
+            )
+            .unwrap();
+            assert!(h.iter().zip(x).all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan()));
+            assert!(y
+                .iter()
+                .zip(&y2)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()));
+        }
+        if let Some(nan) = cases.iter().find(|c| c.0.starts_with("NaN")) {
+            let mut y = vec![0.0; nan.1.len()];
+            let (mut mean, mut rstd) = (vec![0.0; 2], vec![0.0; 2]);
+            let s = RowStats {
+                mean: Some(&mut mean),
+                rstd: Some(&mut rstd),
+            };
+            k.layer_norm_with_stats(&nan.1, &mut y, 300, &Default::default(), s)
+                .unwrap();
+            assert!(y[..300].iter().all(|v| v.is_nan()) && y[300..].iter().all(|v| v.is_finite()));
+            assert!(mean[0].is_nan() && rstd[0].is_nan() && mean[1].is_finite());
+        }
+    }
+}
+
+/// A constant row of 1234.0 (d = 256) gives `y = β` exactly, whatever `γ`, on every form.
+#[test]
+fn constant_row_gives_beta() {
+    let d = 256;
+    let x = vec![1234.0f32; 2 * d];
+    let gamma: Vec<f32> = (0..d).map(|j| 0.5 + j as f32 / 100.0).collect();
+    let beta: Vec<f32> = (0..d).map(|j| j as f32 - 100.5).collect();
+    let opts = LayerNormOptions {
+        gamma: Some(&gamma),
+        beta: Some(&beta),
+        eps: 1e-5,
+    };
+    let want: Vec<f32> = [beta.clone(), beta.clone()].concat();
+    for k in all_kernels() {
+        let mut y = vec![0.0; 2 * d];
+        k.layer_norm(&x, &mut y, d, &opts).unwrap();
+        assert_eq!(y, want, "{}", k.isa());
+        let r: Vec<f32> = vec![234.0; 2 * d];
+        k.add_layer_norm(&vec![1000.0; 2 * d], &r, &mut y, None, d, &Residual::default(), &opts)
+            .unwrap();
+        assert_eq!(y, want, "{}", k.isa());
+        let mut y = vec![0.0; 2 * d];
+        let (mut rm, mut rv) = (vec![0.0; 2], vec![0.0; 2]);
+        let bn = BatchNormOptions {
+            gamma: Some(&gamma[..2]),
+            beta: Some(&beta[..2]),
+            ..Default::default()
+        };
+        k.batch_norm_train(&x, &mut y, [2, 2, d / 2], &mut rm, &mut rv, &bn)
+            .unwrap();
+        assert!(y[..d / 2].iter().all(|&v| v == beta[0]) && y[d / 2..d].iter().all(|&v| v == beta[1]));
+        assert_eq!((rm[0], rv[0]), (123.4, 0.0));
+        let mut y = vec![0.0; 2 * d];
+        k.batch_norm_train(&x, &mut y, [d, 2, 1], &mut rm, &mut rv, &bn)
+            .unwrap();
+        assert!(y.iter().enumerate().all(|(j, &v)| v == beta[j % 2]));
+    }
+}
+
+/// Ordinary rows, measured: the errors are far inside the bound.
+#[test]
+fn ordinary_rows_measured() {
+    let mut g = Normal(7);
+    let d = 1000;
+    let x: Vec<f32> = (0..64 * d).map(|_| (g.sample() * 3.0 + 1.0) as f32).collect();
+    let gamma: Vec<f32> = (0..d).map(|_| g.sample() as f32).collect();
+    let beta: Vec<f32> = (0..d).map(|_| g.sample() as f32).collect();
+    let opts = LayerNormOptions {
+        gamma: Some(&gamma),
+        beta: Some(&beta),
+        eps: 1e-5,
+    };
+    let exact = reference::layer_norm(&x, d, opts.gamma, opts.beta, opts.eps);
+    for k in all_kernels() {
+        let mut y = vec![0.0; x.len()];
+        k.layer_norm(&x, &mut y, d, &opts).unwrap();
+        let ratio = reference::check_layer_norm(&x, d, opts.gamma, opts.beta, opts.eps, &y, None, None).unwrap();
+        // In units of u·(|ŷ| + |γ|): the final rounding, and γ times the normalized value's.
+        let worst = (0..x.len())
+            .map(|j| {
+                let scale = exact.y[j].abs() + (gamma[j % d] as f64).abs();
+                (y[j] as f64 - exact.y[j]).abs() / scale / reference::U
+            })
+            .fold(0.0, f64::max);
+        eprintln!(
+            "layer_norm N(1, 9), d = {d} {:>7}: worst error/bound {ratio:.4}, worst error {worst:.2} u·(|ŷ| + |γ|)",
+            k.isa().name()
+        );
+    }
+}
+
+#[test]
+fn errors_name_the_argument() {
+    let k = Kernels::best();
+    let x = [1.0f32; 8];
+    let mut y = [0.0f32; 8];
+    let ln = LayerNormOptions::default();
+    // Empty inputs are no-ops.
+    k.layer_norm(&[], &mut [], 0, &ln).unwrap();
+    k.layer_norm(&[], &mut [], 4, &ln).unwrap();
+    k.rms_norm_inplace(&mut [], 3, &Default::default()).unwrap();
+
+    for eps in [0.0, -1e-5, f32::NAN, f32::INFINITY] {
+        let bad = LayerNormOptions { eps, ..ln };
+        let err = k.layer_norm(&x, &mut y, 4, &bad).unwrap_err();
+        assert!(matches!(err, Error::Param { arg: "eps", .. }), "{err}");
+        let err = k
+            .add_layer_norm(&x, &x, &mut y, None, 4, &Residual::default(), &bad)
+            .unwrap_err();
+        assert_eq!(err.arg(), Some("eps"));
+        let err = k
+            .rms_norm(&x, &mut y, 4, &RmsNormOptions { gain: None, eps })
+            .unwrap_err();
+        assert_eq!(err.arg(), Some("eps"));
+        let bn = BatchNormOptions {
+            eps,
+            ..Default::default()
+        };
+        let err = k
+            .batch_norm(&x, &mut y, [2, 2, 2], &[0.0; 2], &[1.0; 2], &bn)
+            .unwrap_err();
+        assert_eq!(err.arg(), Some("eps"));
+    }
+    let err = k.layer_norm(&x, &mut y, 3, &ln).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`x`: expected a length that is a multiple of d = 3, got 8"
+    );
+    assert_eq!(k.layer_norm(&x, &mut y, 0, &ln).unwrap_err().arg(), Some("d"));
+    let err = k.layer_norm(&x, &mut y[..7], 4, &ln).unwrap_err();
+    assert_eq!(err.to_string(), "`out`: expected length 8 (as x), got 7");
+    let g3 = [1.0; 3];
+    let err = k
+        .layer_norm(&x, &mut y, 4, &LayerNormOptions { gamma: Some(&g3), ..ln })
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`gamma`: expected length 4 (d), got 3");
+    let err = k
+        .layer_norm(&x, &mut y, 4, &LayerNormOptions { beta: Some(&g3), ..ln })
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`beta`: expected length 4 (d), got 3");
+    let mut m1 = [0.0; 1];
+    let err = k
+        .layer_norm_with_stats(
+            &x,
+            &mut y,
+            4,
+            &ln,
+            RowStats {
+                mean: Some(&mut m1),
+                rstd: None,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`mean`: expected length 2 (rows), got 1");
+    let err = k
+        .layer_norm_with_stats(
+            &x,
+            &mut y,
+            4,
+            &ln,
+            RowStats {
+                mean: None,
+                rstd: Some(&mut m1),
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err.arg(), Some("rstd"));
+
+    let res = Residual::default();
+    let err = k.add_layer_norm(&x, &x[..4], &mut y, None, 4, &res, &ln).unwrap_err();
+    assert_eq!(err.to_string(), "`r`: expected length 8 (as x), got 4");
+    let mut h = [0.0; 9];
+    let err = k
+        .add_layer_norm(&x, &x, &mut y, Some(&mut h), 4, &res, &ln)
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`h`: expected length 8 (as x), got 9");
+    let bad_bias = Residual { bias: Some(&g3), ..res };
+    let err = k
+        .add_rms_norm(&x, &x, &mut y, None, 4, &bad_bias, &Default::default())
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`bias`: expected length 4 (d), got 3");
+    let err = k
+        .add_layer_norm(
+            &x,
+            &x,
+            &mut y,
+            None,
+            4,
+            &Residual {
+                alpha: f32::NAN,
+                bias: None,
+            },
+            &ln,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Param { arg: "alpha", .. }));
+    let err = k
+        .rms_norm(
+            &x,
+            &mut y,
+            4,
+            &RmsNormOptions {
+                gain: Some(&g3),
+                eps: 1e-6,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`gain`: expected length 4 (d), got 3");
+
+    let bn = BatchNormOptions::default();
+    let err = k
+        .batch_norm(&x, &mut y, [2, 2, 3], &[0.0; 2], &[1.0; 2], &bn)
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`x`: expected length 12 (N·C·S), got 8");
+    let err = k
+        .batch_norm(&x, &mut y, [2, 2, 2], &[0.0; 3], &[1.0; 2], &bn)
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`running_mean`: expected length 2 (C), got 3");
+    let err = k
+        .batch_norm(&x, &mut y, [2, 2, 2], &[0.0; 2], &[1.0; 1], &bn)
+        .unwrap_err();
+    assert_eq!(err.arg(), Some("running_var"));
+    let err = k
+        .batch_norm(
+            &x,
+            &mut y,
+            [2, 2, 2],
+            &[0.0; 2],
+            &[1.0; 2],
+            &BatchNormOptions { gamma: Some(&g3), ..bn },
+        )
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`gamma`: expected length 2 (C), got 3");
+    let err = k
+        .batch_norm(&x, &mut y, [usize::MAX, 2, 2], &[0.0; 2], &[1.0; 2], &bn)
+        .unwrap_err();
+    assert_eq!(err.arg(), Some("shape"));
+    let (mut rm, mut rv) = ([0.0; 8], [1.0; 8]);
+    let err = k
+        .batch_norm_train(&x, &mut y, [1, 8, 1], &mut rm, &mut rv, &bn)
+        .unwrap_err();
+    assert_eq!(err.arg(), Some("shape"));
+    for momentum in [-0.1, 1.5, f32::NAN] {
+        let err = k
+            .batch_norm_train(
+                &x,
+                &mut y,
+                [2, 2, 2],
+                &mut rm[..2],
+                &mut rv[..2],
+                &BatchNormOptions { momentum, ..bn },
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::Param { arg: "momentum", .. }), "{err}");
+    }
+}
+
+#[test]
+fn free_functions_use_the_detected_isa() {
+    let x: Vec<f32> = (0..40).map(|j| (j as f32).sin()).collect();
+    let r: Vec<f32> = (0..40).map(|j| (j as f32).cos()).collect();
+    let k = Kernels::detected().unwrap();
+    let (mut a, mut b) = (vec![0.0; 40], vec![0.0; 40]);
+    kernels::layer_norm(&x, &mut a, 20, &Default::default()).unwrap();
+    k.layer_norm(&x, &mut b, 20, &Default::default()).unwrap();
+    assert_eq!(a, b);
+    kernels::add_rms_norm(&x, &r, &mut a, None, 10, &Residual::default(), &Default::default()).unwrap();
+    k.add_rms_norm(&x, &r, &mut b, None, 10, &Residual::default(), &Default::default())
+        .unwrap();
+    assert_eq!(a, b);
+    let mut c = x.clone();
+    kernels::rms_norm_inplace(&mut c, 8, &Default::default()).unwrap();
+    kernels::rms_norm(&x, &mut a, 8, &Default::default()).unwrap();
+    assert_eq!(a, c);
+}
