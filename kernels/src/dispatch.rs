@@ -8,6 +8,7 @@
 use std::sync::OnceLock;
 
 use crate::attention::AttentionCall;
+use crate::gau::GauCall;
 use crate::norm::{BatchNormCall, NormCall};
 use crate::softmax::SoftmaxCall;
 use crate::{Error, Isa};
@@ -16,8 +17,11 @@ use crate::{Error, Isa};
 pub(crate) struct Table {
     pub isa: Isa,
     pub exp: unsafe fn(*const f32, *mut f32, usize),
+    pub sigmoid: unsafe fn(*const f32, *mut f32, usize),
+    pub swish: unsafe fn(*const f32, *mut f32, usize),
     pub softmax: unsafe fn(&SoftmaxCall),
     pub attention: unsafe fn(&AttentionCall),
+    pub gau: unsafe fn(&GauCall),
     pub norm: unsafe fn(&NormCall),
     pub batch_norm: unsafe fn(&BatchNormCall),
 }
@@ -46,6 +50,18 @@ macro_rules! isa_table {
             }
 
             $(#[target_feature(enable = $features)])?
+            unsafe fn sigmoid(src: *const f32, dst: *mut f32, n: usize) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
+                unsafe { crate::math::activation::sigmoid_row(token(), src, dst, n) }
+            }
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn swish(src: *const f32, dst: *mut f32, n: usize) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
+                unsafe { crate::math::activation::swish_row(token(), src, dst, n) }
+            }
+
+            $(#[target_feature(enable = $features)])?
             unsafe fn softmax(call: &SoftmaxCall) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::softmax::softmax_rows(token(), call) }
@@ -54,9 +70,14 @@ macro_rules! isa_table {
             $(#[target_feature(enable = $features)])?
             unsafe fn attention(call: &AttentionCall) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
-                unsafe { crate::attention::Tile::attention(token(), call) }
+                unsafe { crate::gemm::Tile::attention(token(), call) }
             }
 
+            $(#[target_feature(enable = $features)])?
+            unsafe fn gau(call: &GauCall) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
+                unsafe { crate::gemm::Tile::gau(token(), call) }
+            }
 
             $(#[target_feature(enable = $features)])?
             unsafe fn norm(call: &NormCall) {
@@ -73,8 +94,11 @@ macro_rules! isa_table {
             pub(crate) static TABLE: Table = Table {
                 isa: $isa,
                 exp,
+                sigmoid,
+                swish,
                 softmax,
                 attention,
+                gau,
                 norm,
                 batch_norm,
             };

@@ -12,6 +12,7 @@
 //! | kernel | formula | error bound (u = 2⁻²⁴) |
 //! |---|---|---|
 //! | [`exp()`] | `y = eˣ` | ≤ 1 ulp (exhaustively checked over all 2³² inputs) |
+//! | [`sigmoid()`], [`swish()`] | `σ(x) = 1/(1 + e⁻ˣ)`, `swish(x) = x·σ(x)` | ≤ 3 ulp, `2⁻¹²⁶` absolute below it |
 //! | [`softmax()`] | `y_j = exp(z_j − m)/Σ exp(z − m)`, `z = fl(scale·x + mask)` | `(24 + \|z_j − m\|)·u` relative, `+ 2⁻¹²⁶` |
 //! | [`log_softmax()`] | `y_j = z_j − m − ln Σ exp(z − m)` | `(24 + \|z_j − m\| + \|ln d\| + \|y_j\|)·u` absolute |
 //! | [`layer_norm()`] | `y = (x − μ)·rstd·γ + β`, `rstd = 1/√(σ² + ε)`; statistics in one read (per-lane Welford) | `\|γ\|·rstd·E_μ + \|y − β\|·(ε_r + 3u) + u·\|y\|`, see [`norm`]; measured a few `u` |
@@ -29,6 +30,8 @@
 pub mod attention;
 mod dispatch;
 mod error;
+pub mod gau;
+mod gemm;
 mod isa;
 mod math;
 pub mod norm;
@@ -45,6 +48,7 @@ pub use norm::{
     layer_norm_with_stats, rms_norm, rms_norm_inplace, BatchNormOptions, LayerNormOptions, Residual, RmsNormOptions,
     RowStats,
 };
+pub use gau::{GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, Rope, ScoreScale};
 pub use softmax::{MaskedRows, SoftmaxOptions};
 
 /// Runs `f` with the kernels of [`Kernels::detected`].
@@ -52,21 +56,53 @@ fn with_detected<T>(f: impl FnOnce(Kernels) -> Result<T, Error>) -> Result<T, Er
     f(Kernels::detected()?)
 }
 
+/// Runs a row map of the table on `x` into `out` (or in place when `out` is `None`).
+fn map(f: unsafe fn(*const f32, *mut f32, usize), x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    if out.len() != x.len() {
+        return Err(Error::shape("out", format!("length {} (as x)", x.len()), out.len()));
+    }
+    // SAFETY: `f` comes from the table of a checked ISA; both slices hold `x.len()` floats.
+    unsafe { f(x.as_ptr(), out.as_mut_ptr(), x.len()) };
+    Ok(())
+}
+
+/// Runs a row map of the table on `x` in place.
+fn map_inplace(f: unsafe fn(*const f32, *mut f32, usize), x: &mut [f32]) {
+    // SAFETY: as `map`; source and destination are the same slice.
+    unsafe { f(x.as_ptr(), x.as_mut_ptr(), x.len()) };
+}
+
 impl Kernels {
     /// `out[i] = eˣⁱ`. See [`exp()`].
     pub fn exp(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        if out.len() != x.len() {
-            return Err(Error::shape("out", format!("length {} (as x)", x.len()), out.len()));
-        }
-        // SAFETY: the ISA was checked when `self` was made; both slices hold `x.len()` floats.
-        unsafe { (self.table().exp)(x.as_ptr(), out.as_mut_ptr(), x.len()) };
-        Ok(())
+        map(self.table().exp, x, out)
     }
 
     /// `x[i] = eˣⁱ`, in place.
     pub fn exp_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
-        // SAFETY: as `exp`; source and destination are the same slice.
-        unsafe { (self.table().exp)(x.as_ptr(), x.as_mut_ptr(), x.len()) };
+        map_inplace(self.table().exp, x);
+        Ok(())
+    }
+
+    /// `out[i] = σ(xᵢ)`. See [`sigmoid()`].
+    pub fn sigmoid(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        map(self.table().sigmoid, x, out)
+    }
+
+    /// `x[i] = σ(xᵢ)`, in place.
+    pub fn sigmoid_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
+        map_inplace(self.table().sigmoid, x);
+        Ok(())
+    }
+
+    /// `out[i] = swish(xᵢ)`. See [`swish()`].
+    pub fn swish(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        map(self.table().swish, x, out)
+    }
+
+    /// `x[i] = swish(xᵢ)`, in place.
+    pub fn swish_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
+        map_inplace(self.table().swish, x);
         Ok(())
     }
 }
@@ -86,6 +122,38 @@ pub fn exp(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
 /// [`exp()`] in place.
 pub fn exp_inplace(x: &mut [f32]) -> Result<(), Error> {
     with_detected(|k| k.exp_inplace(x))
+}
+
+/// `out[i] = σ(xᵢ) = 1/(1 + e^−xᵢ)` for every element.
+///
+/// Error ≤ 3 ulp (relative `≤ 6u`), and ≤ 2⁻¹²⁶ absolute where `σ(x) < 2⁻¹²⁶`
+/// (`x < −87.3`, flushed towards 0); `σ(NaN) = NaN`, `σ(+∞) = 1`, `σ(−∞) = 0`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn sigmoid(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.sigmoid(x, out))
+}
+
+/// [`sigmoid()`] in place.
+pub fn sigmoid_inplace(x: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.sigmoid_inplace(x))
+}
+
+/// `out[i] = swish(xᵢ) = xᵢ·σ(xᵢ)` (also called SiLU) for every element.
+///
+/// Error ≤ 3 ulp, and ≤ 2⁻¹²⁶ absolute where `|swish(x)| < 2⁻¹²⁶`; `swish(NaN) = NaN`,
+/// `swish(+∞) = +∞`, `swish(−∞) = −0` (the limit).
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn swish(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.swish(x, out))
+}
+
+/// [`swish()`] in place.
+pub fn swish_inplace(x: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.swish_inplace(x))
 }
 
 /// Softmax of each row of the row-major `[rows, n]` matrix `x`, into `out`.
@@ -186,4 +254,18 @@ pub fn attention(
             &mut AttentionWorkspace::for_shape(shape),
         )
     })
+}
+
+/// The gated attention unit: `[U|V|Z] = swish(X·W_in + b)`, `Q, K` per-dimension affine maps
+/// of `Z`, `A = relu²(c·Q·Kᵀ + B)/l` (masked), `O = (U ⊙ A·V)·W_o + b_o`, fused. Allocates a
+/// fresh workspace; keep a [`GauWorkspace`] and call [`Kernels::gau`] to avoid that.
+///
+/// Shapes, options and the error bound are in the [module docs](mod@gau).
+///
+/// # Errors
+/// [`Error::Shape`] naming the first argument whose length does not match `shape` (or a zero
+/// width, or an odd `qk_dim` with RoPE); [`Error::Param`] for a non-finite scale, a
+/// normalizer that is not finite and positive, or a key length beyond `seq_len`.
+pub fn gau(shape: &GauShape, x: &[f32], weights: &GauWeights, opts: &GauOptions, out: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.gau(shape, x, weights, opts, out, &mut GauWorkspace::new()))
 }

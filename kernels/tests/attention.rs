@@ -546,3 +546,20 @@ fn large_shapes_match_oracle() {
         }
     }
 }
+
+/// Regression (fuzz): a tiny scale on a huge `Q·K`. The f32 dot product overflows before it is
+/// scaled, so the row is NaN where the exact output is finite; the documented bound excludes
+/// such dot products, and the check must say so rather than flag the kernel.
+#[test]
+fn overflowing_dot_product_is_excluded_by_the_bound() {
+    let shape = AttentionShape { batch: 1, heads: 1, kv_heads: 1, q_len: 2, kv_len: 3, head_dim: 2, value_dim: 2 };
+    let mut c = plain_case(shape, 12);
+    c.q[..2].fill(1e20);
+    c.k.fill(1e20);
+    c.scale = Some(1e-30);
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        assert!(out[..2].iter().all(|v| v.is_nan()), "{}: {out:?}", k.isa());
+        c.check(&k, &out, None).unwrap();
+    }
+}

@@ -85,6 +85,8 @@ pub struct AttentionResult {
     pub weights: Vec<f64>,
     /// `A_ij` as above, `[B,H,Lq,Lk]`.
     pub magnitude: Vec<f64>,
+    /// `Σ_d |Q_id·K_jd|`, the magnitude of the unscaled dot product, `[B,H,Lq,Lk]`.
+    pub dot_magnitude: Vec<f64>,
     /// `Z_ij` (−∞ where masked), `[B,H,Lq,Lk]`.
     pub masked_scores: Vec<f64>,
     /// `1/(ℓ+1)` with a running mean, else 1: the factor between `S` and `L`.
@@ -131,6 +133,7 @@ pub fn attention(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32], opts: 
         scores: vec![0.0; n_scores],
         weights: vec![0.0; n_scores],
         magnitude: vec![0.0; n_scores],
+        dot_magnitude: vec![0.0; n_scores],
         masked_scores: vec![0.0; n_scores],
         mean_factor: opts.running_mean_layer.map_or(1.0, |layer| 1.0 / (layer as f64 + 1.0)),
     };
@@ -148,6 +151,7 @@ pub fn attention(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32], opts: 
                     let p = opts.prev_scores.map_or(0.0, |p| p[row + j] as f64);
                     let s = scale * dot + p;
                     res.magnitude[row + j] = scale.abs() * abs + p.abs();
+                    res.dot_magnitude[row + j] = abs;
                     let l = opts.running_mean_layer.map_or(s, |layer| s / (layer as f64 + 1.0));
                     let m = opts.mask.map_or(0.0, |(mask, mshape)| {
                         let at = match mshape {

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use crate::attention::{attention, AttentionOptions, AttentionShape};
+use crate::gau::{gau, GauParams, GauShape};
 use crate::softmax::{log_softmax, scores, softmax, MaskedRows};
 
 /// The unit roundoff of f32, `2⁻²⁴`.
@@ -134,6 +135,21 @@ pub fn check_exp(x: &[f32], got: &[f32]) -> Result<(), Mismatch> {
 /// operation whose result is subnormal.
 const SUBNORMAL_HALF_ULP: f64 = f32::MIN_POSITIVE as f64 / (1u64 << 24) as f64;
 
+/// Checks `kernels::sigmoid` (or `swish` if `swish`): every element within 3 ulp of the f64
+/// value rounded to f32, or within 2⁻¹²⁶ where the exact magnitude is below 2⁻¹²⁶; NaN for
+/// NaN.
+pub fn check_activation(x: &[f32], swish: bool, got: &[f32]) -> Result<(), Mismatch> {
+    assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
+    let exact = if swish { crate::swish(x) } else { crate::sigmoid(x) };
+    for (index, (&y, &e)) in got.iter().zip(&exact).enumerate() {
+        let tiny = e.abs() < f32::MIN_POSITIVE as f64 && (y as f64 - e).abs() <= f32::MIN_POSITIVE as f64;
+        if !tiny && crate::ulp_error(y, e) > 3 {
+            return Err(Mismatch { index, got: y, exact: e, bound: f64::NAN });
+        }
+    }
+    Ok(())
+}
+
 /// Scores above this magnitude may overflow f32 inside a kernel; the bounds exclude them.
 const OVERFLOW_GUARD: f64 = 1e37;
 
@@ -150,7 +166,8 @@ const OVERFLOW_GUARD: f64 = 1e37;
 ///
 /// NaN and fully masked rows must match exactly. Where ±∞ in V makes the exact output ±∞,
 /// the kernel gives the same infinity or NaN; where a masked key within the valid length
-/// holds ±∞ or NaN in V, the column may be NaN (a multiplying kernel meets it as `0·∞`). Rows with a score of magnitude ≥ 10³⁷, and
+/// holds ±∞ or NaN in V, the column may be NaN (a multiplying kernel meets it as `0·∞`).
+/// Rows with a score, or an unscaled dot product `Σ_d |Q_id·K_jd|`, of magnitude ≥ 10³⁷, and
 /// output columns with `Lk·max_j |V_jd| ≥ 10³⁷`, are not checked: the f32 computation may
 /// overflow there (the scores, or the unnormalized sum `Σ p·V`), which the bound excludes.
 pub fn check_attention(
@@ -185,8 +202,11 @@ pub fn check_attention(
             for i in 0..q_len {
                 let row = ((b * heads + h) * q_len + i) * kv_len;
                 let unmasked = |j: &usize| res.masked_scores[row + j] != f64::NEG_INFINITY;
+                // The dot product is accumulated before it is scaled: it must not overflow
+                // either, whatever the scale.
                 let guarded = (0..kv_len).any(|j| {
                     res.magnitude[row + j] >= OVERFLOW_GUARD
+                        || res.dot_magnitude[row + j] >= OVERFLOW_GUARD
                         || res.masked_scores[row + j].abs() >= OVERFLOW_GUARD && unmasked(&j)
                 });
                 if guarded {
@@ -269,6 +289,25 @@ pub fn check_attention(
                     }
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the output of `kernels::gau` against the oracle's running error bound
+/// ([`crate::gau`]): `|O − Ô| ≤ bound` on every element; NaN where the oracle is NaN.
+pub fn check_gau(shape: &GauShape, x: &[f32], params: &GauParams, out: &[f32]) -> Result<(), Mismatch> {
+    let res = gau(shape, x, params);
+    assert_eq!(out.len(), res.out.len(), "`out` must have the length of the output");
+    for (index, ((&got, &exact), &bound)) in out.iter().zip(&res.out).zip(&res.bound).enumerate() {
+        if !exact.is_finite() || !bound.is_finite() {
+            if exact.is_nan() && !got.is_nan() {
+                return Err(Mismatch { index, got, exact, bound: f64::NAN });
+            }
+            continue;
+        }
+        if !((got as f64 - exact).abs() <= bound) {
+            return Err(Mismatch { index, got, exact, bound });
         }
     }
     Ok(())

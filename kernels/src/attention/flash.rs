@@ -11,64 +11,11 @@
 use std::array;
 
 use super::{AttentionCall, AttentionShape};
+use crate::gemm::{pack_bt, rank_update, tile, MAX_MR, MAX_NR};
 use crate::math::exp::exp_nonpositive;
 use crate::simd::Simd;
 use crate::MaskedRows;
 
-/// The register tile of each ISA: `MR` query rows by `NV` vectors of keys (in `Q·Kᵀ`) or of
-/// value columns (in `p·V`), i.e. `MR·NV` accumulators plus `NV` loaded vectors and one
-/// broadcast, sized to the register file.
-pub(crate) trait Tile: Simd {
-    /// # Safety
-    /// As [`run`].
-    unsafe fn attention(self, call: &AttentionCall);
-}
-
-macro_rules! tile {
-    ($simd:ty, $mr:literal, $nv:literal, $why:literal) => {
-        #[doc = $why]
-        impl Tile for $simd {
-            #[inline(always)]
-            unsafe fn attention(self, call: &AttentionCall) {
-                // SAFETY: forwarded from the caller.
-                unsafe { run::<Self, $mr, $nv>(self, call) }
-            }
-        }
-    };
-}
-
-tile!(
-    crate::simd::scalar::Scalar,
-    4,
-    4,
-    "16 accumulators: what 16 general FP registers hold without spilling."
-);
-#[cfg(target_arch = "x86_64")]
-tile!(
-    crate::simd::avx2::Avx2,
-    6,
-    2,
-    "12 of 16 ymm registers as accumulators, 16 keys per tile."
-);
-#[cfg(target_arch = "x86_64")]
-tile!(
-    crate::simd::avx512::Avx512,
-    12,
-    2,
-    "24 of 32 zmm registers as accumulators, 32 keys per tile."
-);
-#[cfg(target_arch = "aarch64")]
-tile!(
-    crate::simd::neon::Neon,
-    6,
-    4,
-    "24 of 32 q registers as accumulators, 16 keys per tile."
-);
-
-/// Upper bounds of `MR` and `NR = NV·LANES` over the ISAs, which size the workspace the same
-/// way for all of them.
-const MAX_MR: usize = 16;
-const MAX_NR: usize = 64;
 
 /// Floats of workspace any ISA needs for `shape`: K tiles and V rows of one kv head, padded
 /// to `MAX_NR` keys and value columns, plus one block's output rows and probability tile.
@@ -122,7 +69,7 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &At
             // SAFETY: K and V of `(b, hk)` hold `Lk` rows; the workspace regions hold the
             // padded tiles (see above).
             unsafe {
-                pack_k(c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
+                pack_bt(c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
                 pack_v(c.v.add(bh * kv_len * dv), vp, valid, tiles * nr, dv, dv_pad);
             }
             for h in hk * group..(hk + 1) * group {
@@ -146,23 +93,6 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &At
                     unsafe { block.run::<S, MR, NV>(s, c) };
                     i0 += MR;
                 }
-            }
-        }
-    }
-}
-
-/// Packs keys `0..count` of one head into tiles `[tile][d][nr]`, zero past `count`.
-///
-/// # Safety
-/// `k` holds `count` rows of `dk`; `kp` holds `tiles·nr·dk` floats.
-#[inline(always)]
-unsafe fn pack_k(k: *const f32, kp: *mut f32, count: usize, tiles: usize, nr: usize, dk: usize) {
-    for t in 0..tiles {
-        for jj in 0..nr {
-            let j = t * nr + jj;
-            for d in 0..dk {
-                // SAFETY: `j < count` rows are read; writes stay inside tile `t`.
-                unsafe { *kp.add((t * dk + d) * nr + jj) = if j < count { *k.add(j * dk + d) } else { 0.0 } };
             }
         }
     }
@@ -247,7 +177,7 @@ impl Block {
         for t in 0..score_tiles {
             let j0 = t * nr;
             // SAFETY: tile `t` of the packed keys holds `dk·nr` floats.
-            let mut z = unsafe { qk_tile::<S, MR, NV>(s, &q_rows, self.kp.add(t * dk * nr), dk) };
+            let mut z = unsafe { tile::<S, MR, NV>(s, &q_rows, self.kp.add(t * dk * nr), dk) };
             let live = t < live_tiles;
             for (r, zr) in z.iter_mut().enumerate() {
                 let i = row(r);
@@ -371,7 +301,7 @@ impl Block {
             let inv = s.splat(1.0 / sum);
             // SAFETY: as above.
             unsafe {
-                crate::math::map_row(s, self.o_acc.add(r * self.dv_pad), out.as_mut_ptr(), dv, |o| {
+                crate::math::map_row(s, self.o_acc.add(r * self.dv_pad), out.as_mut_ptr(), dv, |s: S, o: S::V| {
                     s.mul(o, inv)
                 })
             };
@@ -379,36 +309,8 @@ impl Block {
     }
 }
 
-/// The `MR × NV·LANES` tile of `Q·Kᵀ`: row `r` of Q against `NV·LANES` packed keys.
-///
-/// # Safety
-/// Each `q[r]` holds `dk` floats; `kp` holds `dk·NV·LANES` floats laid out `[d][key]`.
-#[inline(always)]
-unsafe fn qk_tile<S: Simd, const MR: usize, const NV: usize>(
-    s: S,
-    q: &[*const f32; MR],
-    kp: *const f32,
-    dk: usize,
-) -> [[S::V; NV]; MR] {
-    let nr = NV * S::LANES;
-    let mut acc = [[s.splat(0.0); NV]; MR];
-    for d in 0..dk {
-        // SAFETY: `d < dk` and `v·LANES < nr`, inside the tile and the rows of Q.
-        unsafe {
-            let k: [S::V; NV] = array::from_fn(|v| s.load(kp.add(d * nr + v * S::LANES)));
-            for r in 0..MR {
-                let qv = s.splat(*q[r].add(d));
-                for v in 0..NV {
-                    acc[r][v] = s.mul_add(qv, k[v], acc[r][v]);
-                }
-            }
-        }
-    }
-    acc
-}
-
-/// `o[r] = alpha[r]·o[r] + Σ_j p[r][j]·V[j]` for the `MR` rows of the block, `NV` vectors of
-/// value columns at a time.
+/// `o[r] = alpha[r]·o[r] + Σ_j p[r][j]·V[j]` for the `MR` rows of the block, one chunk of
+/// `NV` vectors of value columns at a time.
 ///
 /// # Safety
 /// `p` holds `MR·nr` floats, `vp` holds `nr` rows of `dv_pad`, `o` holds `MR` rows of
@@ -425,28 +327,10 @@ unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
     dv_pad: usize,
     dv: usize,
 ) {
-    let width = NV * S::LANES;
     let mut c0 = 0;
     while c0 < dv {
-        // SAFETY: columns `c0..c0 + width ≤ dv_pad` of the rows named in the contract.
-        unsafe {
-            let mut acc: [[S::V; NV]; MR] =
-                array::from_fn(|r| array::from_fn(|v| s.mul(s.load(o.add(r * dv_pad + c0 + v * S::LANES)), alpha[r])));
-            for j in 0..nr {
-                let vv: [S::V; NV] = array::from_fn(|v| s.load(vp.add(j * dv_pad + c0 + v * S::LANES)));
-                for r in 0..MR {
-                    let pr = s.splat(*p.add(r * nr + j));
-                    for v in 0..NV {
-                        acc[r][v] = s.mul_add(pr, vv[v], acc[r][v]);
-                    }
-                }
-            }
-            for (r, row) in acc.iter().enumerate() {
-                for (v, &x) in row.iter().enumerate() {
-                    s.store(o.add(r * dv_pad + c0 + v * S::LANES), x);
-                }
-            }
-        }
-        c0 += width;
+        // SAFETY: columns `c0..c0 + NV·LANES ≤ dv_pad` of the rows named in the contract.
+        unsafe { rank_update::<S, MR, NV>(s, p, nr, nr, vp.add(c0), dv_pad, o.add(c0), dv_pad, alpha) };
+        c0 += NV * S::LANES;
     }
 }

@@ -77,7 +77,7 @@ mod flash;
 use crate::dispatch::Kernels;
 use crate::{Error, MaskedRows};
 
-pub(crate) use flash::Tile;
+pub(crate) use flash::run;
 
 /// Shapes of an attention call (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

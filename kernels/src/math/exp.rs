@@ -68,11 +68,20 @@ fn reduce<S: Simd>(s: S, x: S::V) -> (S::V, S::V) {
 /// `eˣ` on every lane; see the module docs for the bound and special values.
 #[inline(always)]
 pub(crate) fn exp<S: Simd>(s: S, x: S::V) -> S::V {
-    // Clamp so that n ∈ [−150, 128] stays in `ldexp`'s range; beyond it the result is already
-    // 0 or ∞. `x` is the first operand of `max`/`min`, so a NaN survives.
-    let x = s.min(s.max(x, s.splat(-104.0)), s.splat(89.0));
+    exp_scaled(s, x, 0.0)
+}
+
+/// `eˣ·2ᵏ` for an integral `k ∈ [−98, 98]`, with the rounding of `exp` (the scaling moves the
+/// exponent only): a result that `exp` would give as a subnormal keeps full precision here.
+#[inline(always)]
+pub(crate) fn exp_scaled<S: Simd>(s: S, x: S::V, k: f32) -> S::V {
+    // Clamp so that n + k ∈ [−150, 254] stays in `ldexp`'s range: below the lower end `eˣ·2ᵏ`
+    // rounds to 0, above 89 `eˣ` alone overflows. `x` is the first operand of `max`/`min`, so a
+    // NaN survives.
+    let lowest = -104.0 - k * std::f32::consts::LN_2;
+    let x = s.min(s.max(x, s.splat(lowest)), s.splat(89.0));
     let (n, r) = reduce(s, x);
-    s.ldexp(poly(s, r), n)
+    s.ldexp(poly(s, r), s.add(n, s.splat(k)))
 }
 
 /// `eˣ` for `x ≤ 0` (or −∞, or NaN), flushing results below 2⁻¹²⁶ to +0.
@@ -84,6 +93,17 @@ pub(crate) fn exp_nonpositive<S: Simd>(s: S, x: S::V) -> S::V {
     s.mul(poly(s, r), s.pow2i(n))
 }
 
+/// [`exp`] as a [`super::Map`].
+#[derive(Clone, Copy)]
+pub(crate) struct Exp;
+
+impl<S: Simd> super::Map<S> for Exp {
+    #[inline(always)]
+    fn apply(self, s: S, x: S::V) -> S::V {
+        exp(s, x)
+    }
+}
+
 /// `dst[i] = exp(src[i])` for `i < n`.
 ///
 /// # Safety
@@ -91,5 +111,5 @@ pub(crate) fn exp_nonpositive<S: Simd>(s: S, x: S::V) -> S::V {
 #[inline(always)]
 pub(crate) unsafe fn exp_row<S: Simd>(s: S, src: *const f32, dst: *mut f32, n: usize) {
     // SAFETY: forwarded from the caller.
-    unsafe { super::map_row(s, src, dst, n, |x| exp(s, x)) }
+    unsafe { super::map_row(s, src, dst, n, Exp) }
 }

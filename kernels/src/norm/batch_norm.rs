@@ -533,9 +533,12 @@ unsafe fn column_moments<S: Simd>(s: S, x: *const f32, stride: usize, rows: usiz
                 s.store(m2b.as_mut_ptr().add(j * lanes), m2[j]);
             }
         }
+        // Every position has seen the same `r` rows: one weight serves all their merges.
+        let n = steps as f64;
+        let w = n / (r as f64 + n);
         for p in 0..width {
             let m2 = if steps > 1 { m2b[p] as f64 } else { 0.0 };
-            out[p].merge(steps as f64, kb[p] as f64 + mb[p] as f64, m2);
+            out[p].merge_weighted(n, kb[p] as f64 + mb[p] as f64, m2, w);
         }
         r += steps;
     }

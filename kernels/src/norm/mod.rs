@@ -173,6 +173,16 @@ impl Moments {
         self.n = total;
     }
 
+    /// [`merge`](Self::merge) with the weight `w = n/(self.n + n)` given (the same for many
+    /// merges of equal counts).
+    #[inline(always)]
+    pub fn merge_weighted(&mut self, n: f64, mean: f64, m2: f64, w: f64) {
+        let delta = mean - self.mean;
+        self.mean += delta * w;
+        self.m2 += m2 + delta * delta * self.n * w;
+        self.n += n;
+    }
+
     /// The statistics are finite (neither a NaN or ±∞ value nor an f32 overflow reached them)
     /// and the f32 normalize sweep cannot overflow: every `|h − μ| ≤ √M2 < 10³⁸`.
     #[inline(always)]

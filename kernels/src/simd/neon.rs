@@ -15,6 +15,9 @@ impl Token for Neon {
     }
 }
 
+/// The index of each lane, for [`Simd::first_lanes`].
+static LANE_INDEX: [u32; 4] = [0, 1, 2, 3];
+
 // SAFETY (for every `unsafe` block below that only touches registers): NEON is part of
 // the aarch64 baseline, so the intrinsics are always executable.
 impl Simd for Neon {
@@ -153,11 +156,9 @@ impl Simd for Neon {
     #[inline(always)]
     fn first_lanes(self, n: usize) -> uint32x4_t {
         debug_assert!(n <= 4);
-        // SAFETY: see the impl.
-        unsafe {
-            let idx = vld1q_u32([0u32, 1, 2, 3].as_ptr());
-            vcltq_u32(idx, vdupq_n_u32(n as u32))
-        }
+        // SAFETY: `LANE_INDEX` holds the 4 `u32` that `vld1q_u32` reads (it has no alignment
+        // requirement); the rest only touches registers, see the impl.
+        unsafe { vcltq_u32(vld1q_u32(LANE_INDEX.as_ptr()), vdupq_n_u32(n as u32)) }
     }
     #[inline(always)]
     fn reduce_add_f64(self, a: float32x4_t) -> f64 {

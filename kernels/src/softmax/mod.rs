@@ -46,7 +46,9 @@
 //! Three sweeps over a row, which stays in L1 or L2 between them: the max; `exp(z − m)`
 //! stored (softmax only) and summed; the scaling by `1/d` (softmax) or the subtraction of
 //! `m + ln d` (log-softmax, recomputing `z` rather than storing it). Only the first read of
-//! `x` and the last write of `y` reach memory for rows that fit in cache.
+//! `x` and the last write of `y` reach memory for rows that fit in cache, and for rows of 512
+//! floats or more the second sweep prefetches the next row's `x` and `y`, so that their
+//! memory traffic overlaps this row's arithmetic.
 //!
 //! NaN propagation does not rely on the max: x86's `maxps` drops a NaN, but a NaN `z_j` still
 //! makes its `exp(z_j − m)` NaN, hence `d` NaN, hence the whole row NaN. The one case the sum
@@ -208,6 +210,14 @@ pub(crate) unsafe fn softmax_rows<S: Simd>(s: S, call: &SoftmaxCall) {
 unsafe fn rows<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(s: S, call: &SoftmaxCall) {
     let n = call.n;
     for r in 0..call.rows {
+        // The next row's lines, fetched during this row's compute-bound sweep, so that memory
+        // traffic overlaps the arithmetic instead of following it. Short rows are left to the
+        // hardware prefetchers.
+        let ahead = if r + 1 < call.rows && n >= PREFETCH_MIN_LEN {
+            [call.src.wrapping_add((r + 1) * n), call.dst.wrapping_add((r + 1) * n).cast_const()]
+        } else {
+            [std::ptr::null(); 2]
+        };
         // SAFETY: row `r` lies inside the `rows·n` elements the caller vouched for.
         unsafe {
             let z = Scores::<S, MASK, SCALE> {
@@ -215,7 +225,7 @@ unsafe fn rows<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(s:
                 mask: call.mask,
                 scale: s.splat(call.scale),
             };
-            row::<S, MASK, SCALE, LOG>(s, z, call.dst.add(r * n), n, call.masked_rows);
+            row::<S, MASK, SCALE, LOG>(s, z, call.dst.add(r * n), n, call.masked_rows, ahead);
         }
     }
 }
@@ -278,6 +288,10 @@ impl<S: Simd, const MASK: bool, const SCALE: bool> Scores<S, MASK, SCALE> {
     }
 }
 
+/// Rows at least this long prefetch the next row (as the norms do; shorter rows are covered by
+/// the hardware prefetchers).
+const PREFETCH_MIN_LEN: usize = 512;
+
 /// Terms each lane of each accumulator adds before the chunk is reduced: bounds the rounding
 /// error of the sum by `(8 − 1) + 2 + log₂ LANES` roundings, whatever `n` is.
 const CHUNK_STEPS: usize = 8;
@@ -293,6 +307,7 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
     y: *mut f32,
     n: usize,
     policy: MaskedRows,
+    ahead: [*const f32; 2],
 ) {
     let lanes = S::LANES;
     let neg_inf = s.splat(f32::NEG_INFINITY);
@@ -325,14 +340,19 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
 
     // Sweep 2: e_j = exp(z_j − m), stored for softmax, summed in bounded chunks.
     let mv = s.splat(m);
-    let term = |zv: S::V| exp_nonpositive(s, s.sub(zv, mv));
     let mut total = 0.0f64;
     let mut acc = [s.splat(0.0); 4];
     let mut steps = 0;
     i = 0;
     while i < main {
+        for p in ahead.into_iter().filter(|p| !p.is_null()) {
+            // One hint per 64-byte line of the 4 vectors this step covers.
+            for line in (0..4 * lanes).step_by(16) {
+                s.prefetch(p.wrapping_add(i + line));
+            }
+        }
         for (k, a) in acc.iter_mut().enumerate() {
-            let e = term(unsafe { z.full(s, i + k * lanes) });
+            let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i + k * lanes) }, mv));
             if !LOG {
                 unsafe { s.store(y.add(i + k * lanes), e) };
             }
@@ -349,7 +369,7 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
     // At most three full vectors and one partial remain: one term per accumulator.
     let mut k = 0;
     while i + lanes <= n {
-        let e = term(unsafe { z.full(s, i) });
+        let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i) }, mv));
         if !LOG {
             unsafe { s.store(y.add(i), e) };
         }
@@ -358,7 +378,7 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
         i += lanes;
     }
     if i < n {
-        let e = term(unsafe { z.partial(s, i, n - i) });
+        let e = exp_nonpositive(s, s.sub(unsafe { z.partial(s, i, n - i) }, mv));
         if !LOG {
             unsafe { s.store_partial(y.add(i), n - i, e) };
         }
@@ -382,7 +402,7 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
     } else {
         let inv = s.splat((1.0 / total) as f32);
         // SAFETY: `y` holds the `n` values of sweep 2.
-        unsafe { crate::math::map_row(s, y, y, n, |e| s.mul(e, inv)) };
+        unsafe { crate::math::map_row(s, y, y, n, |s: S, e: S::V| s.mul(e, inv)) };
     }
 }
 

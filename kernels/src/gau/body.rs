@@ -1,0 +1,331 @@
+//! The fused GAU body, generic over [`Simd`] and the register tile `MR × NV` (see the
+//! [module docs](super) for the algorithm).
+
+use std::array;
+
+use super::{GauCall, GauShape, Normalizer, Rope};
+use crate::gemm::{
+    gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR, MAX_NR,
+    ROW_BLOCKS,
+};
+use crate::math::activation::swish;
+use crate::simd::Simd;
+
+/// Regions of the workspace, in floats, sized with the largest tile of any ISA.
+struct Layout {
+    w_in: usize,
+    w_out: usize,
+    h: usize,
+    q: usize,
+    k: usize,
+    k_packed: usize,
+    o_acc: usize,
+    p: usize,
+}
+
+impl Layout {
+    fn new(shape: &GauShape) -> Option<Layout> {
+        let GauShape { seq_len: t, dim: d, expand: e, qk_dim: s, .. } = *shape;
+        let w = e.checked_mul(2)?.checked_add(s)?;
+        let rows = ROW_BLOCKS * MAX_MR;
+        Some(Layout {
+            w_in: d.checked_mul(w.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?,
+            w_out: e.checked_mul(d.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?,
+            // V chunks are read whole past column 2e: pad the last row.
+            h: t.checked_mul(w)?.checked_add(MAX_NR)?,
+            q: t.checked_mul(s)?,
+            k: t.checked_mul(s)?,
+            k_packed: t.div_ceil(MAX_NR).checked_mul(MAX_NR)?.checked_mul(s)?,
+            o_acc: rows.checked_mul(e.div_ceil(MAX_NR).checked_add(1)?)?.checked_mul(MAX_NR)?,
+            p: rows * MAX_NR,
+        })
+    }
+
+    fn total(&self) -> Option<usize> {
+        [self.w_in, self.w_out, self.h, self.q, self.k, self.k_packed, self.o_acc, self.p]
+            .into_iter()
+            .try_fold(0usize, |acc, n| acc.checked_add(n))
+    }
+}
+
+/// Floats of workspace any ISA needs for `shape`.
+pub(super) fn workspace_len(shape: &GauShape) -> Option<usize> {
+    Layout::new(shape)?.total()
+}
+
+/// `(cos, sin)` of `t·10000^(−2m/s)` for `t < T`, `m < s/2`, computed in f64 and rounded once.
+pub(super) fn rope_table(t: usize, s: usize) -> Vec<f32> {
+    let mut table = Vec::with_capacity(t * s);
+    for pos in 0..t {
+        for m in 0..s / 2 {
+            let (sin, cos) = (pos as f64 * 10000f64.powf(-2.0 * m as f64 / s as f64)).sin_cos();
+            table.push(cos as f32);
+            table.push(sin as f32);
+        }
+    }
+    table
+}
+
+/// Epilogue of `X·W_in`: `h = swish(acc + b_in)`.
+struct Projection {
+    h: *mut f32,
+    ldh: usize,
+    bias: *const f32,
+}
+
+impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Projection {
+    #[inline(always)]
+    unsafe fn tile(&mut self, s: S, at: TileAt, acc: &[[S::V; NV]; MR]) {
+        for (v, col) in (0..NV).map(|v| (v, v * S::LANES)).take_while(|&(_, c)| c < at.cols) {
+            let count = (at.cols - col).min(S::LANES);
+            // SAFETY: columns `at.col0 + col + count ≤ 2e+s`, rows `< T`: inside `h` and `b_in`.
+            unsafe {
+                let bias = if self.bias.is_null() { s.splat(0.0) } else { load_n(s, self.bias.add(at.col0 + col), count) };
+                for (r, row) in acc.iter().enumerate().take(at.rows) {
+                    let y = swish(s, s.add(row[v], bias));
+                    store_n(s, self.h.add((at.row0 + r) * self.ldh + at.col0 + col), count, y);
+                }
+            }
+        }
+    }
+}
+
+/// Epilogue of `G·W_o`: `out = acc + b_o`.
+struct Output {
+    out: *mut f32,
+    ldo: usize,
+    bias: *const f32,
+}
+
+impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output {
+    #[inline(always)]
+    unsafe fn tile(&mut self, s: S, at: TileAt, acc: &[[S::V; NV]; MR]) {
+        for (v, col) in (0..NV).map(|v| (v, v * S::LANES)).take_while(|&(_, c)| c < at.cols) {
+            let count = (at.cols - col).min(S::LANES);
+            // SAFETY: columns `< d`, rows `< T`: inside `out` and `b_o`.
+            unsafe {
+                let bias = if self.bias.is_null() { s.splat(0.0) } else { load_n(s, self.bias.add(at.col0 + col), count) };
+                for (r, row) in acc.iter().enumerate().take(at.rows) {
+                    store_n(s, self.out.add((at.row0 + r) * self.ldo + at.col0 + col), count, s.add(row[v], bias));
+                }
+            }
+        }
+    }
+}
+
+/// Runs a whole GAU call.
+///
+/// # Safety
+/// `call` must be validated by `Kernels::gau`: every pointer covers what its shape gives, the
+/// workspace holds `workspace_len` floats, the RoPE table `T·s` floats when RoPE is on.
+#[inline(always)]
+pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &GauCall) {
+    let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: sd } = c.shape;
+    let w = 2 * e + sd;
+    let lanes = S::LANES;
+    let nr = NV * lanes;
+    let layout = Layout::new(&c.shape).expect("validated");
+    // SAFETY (offsets): the regions follow each other inside the workspace's `total()` floats.
+    let (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile) = unsafe {
+        let w_in_p = c.workspace;
+        let w_out_p = w_in_p.add(layout.w_in);
+        let h = w_out_p.add(layout.w_out);
+        let q = h.add(layout.h);
+        let kt = q.add(layout.q);
+        let kp = kt.add(layout.k);
+        let o_acc = kp.add(layout.k_packed);
+        (w_in_p, w_out_p, h, q, kt, kp, o_acc, o_acc.add(layout.o_acc))
+    };
+    debug_assert!(packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
+    // Rows of the block accumulators: `e` rounded up to whole tiles, plus one tile so that the
+    // stride is never a multiple of 4 KiB (e = 1024 would put every row of a micro-block in
+    // the same L1 set, and make loads alias the stores of the row before).
+    let e_pad = (e.div_ceil(nr) + 1) * nr;
+    // SAFETY: the weights have the validated shapes; the packed regions are large enough.
+    unsafe {
+        pack_b(c.w_in, w, d, w, nr, w_in_p);
+        pack_b(c.w_out, d, e, d, nr, w_out_p);
+    }
+    for b in 0..batch {
+        // SAFETY: `key_lengths` has `B` entries when present.
+        let valid = if c.key_lengths.is_null() { t } else { unsafe { *c.key_lengths.add(b) } };
+        // 1. [U | V | Z] = swish(X·W_in + b_in).
+        // SAFETY: X of batch `b` holds `T·d` floats; `h` holds `T·(2e+s)`.
+        unsafe {
+            let mut epi = Projection { h, ldh: w, bias: c.b_in };
+            gemm::<S, MR, NV>(s, c.x.add(b * t * d), d, t, d, w_in_p, w, &mut epi);
+        }
+        // 2. Q, K from Z; RoPE; K packed as the `B` of Q·Kᵀ.
+        for i in 0..t {
+            let mut col = 0;
+            while col < sd {
+                let count = (sd - col).min(lanes);
+                // SAFETY: row `i`, columns `col..col + count ≤ s` of Z, Q, K and the γ/β.
+                unsafe {
+                    let z = load_n(s, h.add(i * w + 2 * e + col), count);
+                    let qv = s.mul_add(z, load_n(s, c.gamma_q.add(col), count), load_n(s, c.beta_q.add(col), count));
+                    let kv = s.mul_add(z, load_n(s, c.gamma_k.add(col), count), load_n(s, c.beta_k.add(col), count));
+                    store_n(s, q.add(i * sd + col), count, qv);
+                    store_n(s, kt.add(i * sd + col), count, kv);
+                }
+                col += count;
+            }
+        }
+        if let Some(rope) = c.rope {
+            // SAFETY: Q and K hold `T·s` floats, the table `T·s`.
+            unsafe { apply_rope(q, kt, c.rope_table, t, sd, rope) };
+        }
+        let tiles = valid.div_ceil(nr);
+        // SAFETY: K holds `T` rows of `s`; `kp` holds `⌈T/MAX_NR⌉·MAX_NR·s ≥ tiles·nr·s`.
+        unsafe { pack_bt(kt, kp, valid, tiles, nr, sd) };
+
+        // 3. A·V per block of rows, gated by U in place.
+        let block = ROW_BLOCKS * MR;
+        let mut i0 = 0;
+        while i0 < t {
+            let rows = block.min(t - i0);
+            let micro = rows.div_ceil(MR);
+            // SAFETY: the block's accumulators hold `block·e_pad ≤ layout.o_acc` floats.
+            unsafe { std::slice::from_raw_parts_mut(o_acc, micro * MR * e_pad).fill(0.0) };
+            let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
+            for tt in 0..key_end.div_ceil(nr) {
+                let j0 = tt * nr;
+                for m in 0..micro {
+                    let r0 = i0 + m * MR;
+                    // SAFETY: rows `< T`, tile `tt` of the packed keys, the block's `p` tile.
+                    unsafe { scores::<S, MR, NV>(s, c, q, kp.add(tt * sd * nr), p_tile.add(m * MR * nr), r0, i0 + rows, j0, valid) };
+                }
+                let keys = nr.min(key_end - j0);
+                let ones = [s.splat(1.0); MR];
+                let mut c0 = 0;
+                while c0 < e {
+                    for m in 0..micro {
+                        // SAFETY: V rows `j0..j0 + keys < T` at columns `e + c0..e + c0 + nr`
+                        // (inside the padded `h`); the block's `p` and accumulators.
+                        unsafe {
+                            rank_update::<S, MR, NV>(
+                                s,
+                                p_tile.add(m * MR * nr),
+                                nr,
+                                keys,
+                                h.add(j0 * w + e + c0),
+                                w,
+                                o_acc.add(m * MR * e_pad + c0),
+                                e_pad,
+                                &ones,
+                            )
+                        };
+                    }
+                    c0 += nr;
+                }
+            }
+            for r in 0..rows {
+                let mut col = 0;
+                while col < e {
+                    let count = (e - col).min(lanes);
+                    // SAFETY: row `i0 + r < T` of U (in `h`) and of the accumulators.
+                    unsafe {
+                        let u = h.add((i0 + r) * w + col);
+                        let g = s.mul(load_n(s, u, count), s.load(o_acc.add(r * e_pad + col)));
+                        store_n(s, u, count, g);
+                    }
+                    col += count;
+                }
+            }
+            i0 += rows;
+        }
+
+        // 4. O = G·W_o + b_o, with G over U's columns of `h`.
+        // SAFETY: `h` holds `T` rows of stride `2e+s` whose first `e` columns are G; the output
+        // of batch `b` holds `T·d` floats.
+        unsafe {
+            let mut epi = Output { out: c.out.add(b * t * d), ldo: d, bias: c.b_out };
+            gemm::<S, MR, NV>(s, h, w, t, e, w_out_p, d, &mut epi);
+        }
+    }
+}
+
+/// The `MR × nr` tile of `A` for rows `r0..` (up to `row_end`) and keys `j0..`: scores, scale,
+/// bias, `relu²/l`, mask; stored row-major with stride `nr` at `p`.
+///
+/// # Safety
+/// `r0 < row_end ≤ T`; `kp` is one packed key tile; `p` holds `MR·nr` floats.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn scores<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    c: &GauCall,
+    q: *const f32,
+    kp: *const f32,
+    p: *mut f32,
+    r0: usize,
+    row_end: usize,
+    j0: usize,
+    valid: usize,
+) {
+    let GauShape { seq_len: t, qk_dim: sd, .. } = c.shape;
+    let lanes = S::LANES;
+    let row = |r: usize| (r0 + r).min(row_end - 1);
+    // SAFETY: `row(r) < T`.
+    let q_rows: [*const f32; MR] = array::from_fn(|r| unsafe { q.add(row(r) * sd) });
+    // SAFETY: forwarded.
+    let acc = unsafe { tile::<S, MR, NV>(s, &q_rows, kp, sd) };
+    for (r, acc_r) in acc.iter().enumerate() {
+        let i = row(r);
+        let allowed = if c.causal { valid.min(i + 1) } else { valid };
+        let inv_l = s.splat(match c.normalizer {
+            Normalizer::SeqLen => (1.0 / t as f64) as f32,
+            Normalizer::ValidKeys => (1.0 / allowed.max(1) as f64) as f32,
+            Normalizer::Value(l) => (1.0 / l as f64) as f32,
+        });
+        for (v, &a) in acc_r.iter().enumerate() {
+            let jv = j0 + v * lanes;
+            let seen = allowed.saturating_sub(jv).min(lanes);
+            let out = if seen == 0 {
+                s.splat(0.0)
+            } else {
+                let mut sv = s.mul(a, s.splat(c.scale));
+                if !c.bias.is_null() {
+                    // SAFETY: `seen ≥ 1` lanes from `jv < T` lie inside row `i` of the bias.
+                    sv = s.add(sv, unsafe { load_n(s, c.bias.add(i * t + jv), (t - jv).min(lanes)) });
+                }
+                // relu with `sv` first: a NaN score stays NaN.
+                let rl = s.max(sv, s.splat(0.0));
+                let av = s.mul(s.mul(rl, rl), inv_l);
+                if seen < lanes {
+                    s.select(s.first_lanes(seen), av, s.splat(0.0))
+                } else {
+                    av
+                }
+            };
+            // SAFETY: row `r`, lanes `v·LANES..` of the `MR × nr` tile.
+            unsafe { s.store(p.add(r * NV * lanes + v * lanes), out) };
+        }
+    }
+}
+
+/// Rotates the pairs of every row of Q and K by the table's angles.
+///
+/// # Safety
+/// `q`, `k` and `table` hold `T·s` floats.
+#[inline(always)]
+unsafe fn apply_rope(q: *mut f32, k: *mut f32, table: *const f32, t: usize, sd: usize, rope: Rope) {
+    let half = sd / 2;
+    for i in 0..t {
+        for m in 0..half {
+            let (a, b) = match rope {
+                Rope::Interleaved => (2 * m, 2 * m + 1),
+                Rope::HalfSplit => (m, m + half),
+            };
+            // SAFETY: `i < T`, `a, b < s`, `2m + 1 < s`.
+            unsafe {
+                let (cos, sin) = (*table.add((i * half + m) * 2), *table.add((i * half + m) * 2 + 1));
+                for x in [q, k] {
+                    let (x0, x1) = (*x.add(i * sd + a), *x.add(i * sd + b));
+                    *x.add(i * sd + a) = x0.mul_add(cos, -(x1 * sin));
+                    *x.add(i * sd + b) = x0.mul_add(sin, x1 * cos);
+                }
+            }
+        }
+    }
+}

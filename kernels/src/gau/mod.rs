@@ -1,0 +1,301 @@
+//! The gated attention unit (GAU, "Transformer Quality in Linear Time"), single head, fused.
+//!
+//! # Semantics
+//!
+//! Input `X[B,T,d]`, weights `W_in[d, 2e+s]` (+ bias `[2e+s]`), per-dimension `γ_q, β_q, γ_k,
+//! β_k [s]`, `W_o[e, d]` (+ bias `[d]`); output `O[B,T,d]`. All row-major.
+//!
+//! ```text
+//! [U | V | Z] = swish(X·W_in + b_in)          U, V: [T, e];  Z: [T, s]
+//! Q = Z⊙γ_q + β_q ;  K = Z⊙γ_k + β_k           then RoPE on Q and K, if asked
+//! S_ij = c·Q_i·K_j + B_ij                      c: 1/√s (default), 1/T, or a constant
+//! A_ij = allowed_ij ? relu(S_ij)²/l_i : 0      allowed: j < key_lengths[b] ∧ (¬causal ∨ j ≤ i)
+//! O = (U ⊙ A·V)·W_o + b_o                      l_i: T (default), row i's allowed keys, or a constant
+//! ```
+//!
+//! With the defaults this is the paper's `A = relu²(Q·Kᵀ/√s)/T`, i.e. `relu²(Q·Kᵀ)/(T·s)`;
+//! `c = 1/T, l = 1` gives the `relu(Q·Kᵀ/T)²` form of other public implementations. A row
+//! with no allowed key gets `A·V = 0`, so `O = b_o` there. A NaN in an allowed score makes its
+//! row of `A·V` NaN; disallowed positions contribute nothing even where their score is NaN.
+//!
+//! RoPE rotates the pairs `(2m, 2m+1)` ([`Rope::Interleaved`]) or `(m, m + s/2)`
+//! ([`Rope::HalfSplit`]) of Q and K at position `t` by `t·10000^(−2m/s)` (`s` must be even).
+//!
+//! # Error bound
+//!
+//! `reference::gau` computes the exact output and, alongside it, a running error bound that
+//! follows this algorithm step by step: each dot product of length `n` (the two projections,
+//! `Q·Kᵀ`, `A·V`) errs by `(n + 2)·u` of the sum of its terms' magnitudes plus what its inputs
+//! carry; swish by 3 ulp plus `1.1×` its input's error; `Z⊙γ + β`, the gate, `c`, `1/l`, the
+//! square and the rotations by one rounding each; values below 2⁻¹²⁶ by 2⁻¹²⁶. The tests
+//! enforce `|O − Ô| ≤` that bound on every element and every ISA.
+//!
+//! # Algorithm
+//!
+//! Per batch, with every product on the register-tile micro-kernel of `gemm.rs` (the ISA's
+//! own, so each `Kernels` runs its ISA end to end):
+//!
+//! 1. `X·W_in` with bias and swish applied to the accumulator tile before it is stored
+//!    (`W_in` packed once per call); `Q`, `K` from `Z` (and RoPE), `K` packed for the scores;
+//! 2. per block of `8·MR` query rows, per tile of keys: the `Q·Kᵀ` tile in registers, scaled,
+//!    biased, `relu²/l` and masked there, stored as a small L1 tile; then `A·V` accumulated
+//!    into the block's rows (`V` read in place, each tile of it reused by the block's 8
+//!    micro-blocks); key tiles no row of the block may see are skipped. No `T × T` buffer
+//!    exists;
+//! 3. the gate `U ⊙ A·V` as the block's epilogue, written over `U`;
+//! 4. `(U ⊙ A·V)·W_o` with `b_o` added to the tile before it is stored.
+
+mod body;
+
+use crate::dispatch::Kernels;
+use crate::Error;
+
+pub(crate) use body::run;
+
+/// Sizes of a GAU call (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GauShape {
+    /// `B`.
+    pub batch: usize,
+    /// `T`, the sequence length.
+    pub seq_len: usize,
+    /// `d`, the model width (≥ 1).
+    pub dim: usize,
+    /// `e`, the expanded width of U and V (≥ 1; 2d in the paper).
+    pub expand: usize,
+    /// `s`, the width of the shared Q/K projection (≥ 1; 128 in the paper).
+    pub qk_dim: usize,
+}
+
+/// The score scale `c`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ScoreScale {
+    /// `1/√s`, the paper's.
+    #[default]
+    InvSqrtQkDim,
+    /// `1/T`.
+    InvSeqLen,
+    /// A given finite constant.
+    Value(f32),
+}
+
+/// The normalizer `l_i` that divides `relu²`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Normalizer {
+    /// `T`, the paper's.
+    #[default]
+    SeqLen,
+    /// The number of keys row `i` may see (padding and causality), at least 1.
+    ValidKeys,
+    /// A given constant, finite and > 0.
+    Value(f32),
+}
+
+/// Rotary position embedding on Q and K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rope {
+    /// Rotates the pairs `(2m, 2m+1)` (GPT-J, RoFormer).
+    Interleaved,
+    /// Rotates the pairs `(m, m + s/2)` (GPT-NeoX, LLaMA).
+    HalfSplit,
+}
+
+/// The weights of a GAU.
+#[derive(Debug, Clone, Copy)]
+pub struct GauWeights<'a> {
+    /// `W_in[d, 2e+s]`, row-major: columns `0..e` give U, `e..2e` V, `2e..` Z.
+    pub w_in: &'a [f32],
+    /// Bias of the input projection, `[2e+s]`.
+    pub b_in: Option<&'a [f32]>,
+    /// `γ_q [s]`.
+    pub gamma_q: &'a [f32],
+    /// `β_q [s]`.
+    pub beta_q: &'a [f32],
+    /// `γ_k [s]`.
+    pub gamma_k: &'a [f32],
+    /// `β_k [s]`.
+    pub beta_k: &'a [f32],
+    /// `W_o[e, d]`, row-major.
+    pub w_out: &'a [f32],
+    /// Bias of the output projection, `[d]`.
+    pub b_out: Option<&'a [f32]>,
+}
+
+/// Options of [`gau`](crate::gau()); `Default` gives the paper's GAU.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GauOptions<'a> {
+    /// `c`.
+    pub scale: ScoreScale,
+    /// `l`.
+    pub normalizer: Normalizer,
+    /// Valid keys per batch (`B` entries, each ≤ `T`).
+    pub key_lengths: Option<&'a [usize]>,
+    /// Query `i` sees only keys `j ≤ i`.
+    pub causal: bool,
+    /// An additive score bias `B[T, T]`, shared by the batch (e.g. relative positions).
+    pub bias: Option<&'a [f32]>,
+    /// Rotary embedding of Q and K (`s` must be even).
+    pub rope: Option<Rope>,
+}
+
+/// Reusable scratch memory of [`Kernels::gau`]: the packed weights, the projections of one
+/// sequence, one block's accumulators, and the RoPE table (kept between calls of the same
+/// `T` and `s`). It grows to the largest call it has served; a long-lived workspace makes
+/// every call allocation-free.
+#[derive(Debug, Default, Clone)]
+pub struct GauWorkspace {
+    buf: Vec<f32>,
+    rope: Vec<f32>,
+    rope_for: Option<(usize, usize)>,
+}
+
+impl GauWorkspace {
+    /// An empty workspace; the first call sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// A validated call, in the raw form the per-ISA entry points take.
+#[derive(Clone, Copy)]
+pub(crate) struct GauCall {
+    pub shape: GauShape,
+    pub x: *const f32,
+    pub w_in: *const f32,
+    /// Null when absent.
+    pub b_in: *const f32,
+    pub gamma_q: *const f32,
+    pub beta_q: *const f32,
+    pub gamma_k: *const f32,
+    pub beta_k: *const f32,
+    pub w_out: *const f32,
+    /// Null when absent.
+    pub b_out: *const f32,
+    pub out: *mut f32,
+    pub scale: f32,
+    pub normalizer: Normalizer,
+    /// Null when absent.
+    pub key_lengths: *const usize,
+    pub causal: bool,
+    /// Null when absent.
+    pub bias: *const f32,
+    pub rope: Option<Rope>,
+    /// `[T][s/2]` pairs `(cos, sin)` when `rope` is set.
+    pub rope_table: *const f32,
+    pub workspace: *mut f32,
+}
+
+fn check_len(arg: &'static str, what: &str, expected: usize, actual: usize) -> Result<(), Error> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::shape(arg, format!("length {expected} ({what})"), actual))
+    }
+}
+
+/// `a·b·…`, or an error naming `arg` if it overflows `usize`.
+fn product(arg: &'static str, dims: &[usize]) -> Result<usize, Error> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::shape(arg, "a size that fits in memory", format!("{dims:?} elements")))
+}
+
+impl Kernels {
+    /// The GAU into `out`, with an explicit workspace. See [`gau`](crate::gau()).
+    pub fn gau(
+        &self,
+        shape: &GauShape,
+        x: &[f32],
+        weights: &GauWeights,
+        opts: &GauOptions,
+        out: &mut [f32],
+        workspace: &mut GauWorkspace,
+    ) -> Result<(), Error> {
+        let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s } = *shape;
+        for (arg, v) in [("shape.dim", d), ("shape.expand", e), ("shape.qk_dim", s)] {
+            if v == 0 {
+                return Err(Error::shape(arg, "at least 1", 0));
+            }
+        }
+        let width = product("shape", &[2, e])?.checked_add(s).ok_or_else(|| Error::shape("shape", "fits", "overflow"))?;
+        check_len("x", "B·T·d", product("x", &[batch, t, d])?, x.len())?;
+        check_len("out", "B·T·d", product("out", &[batch, t, d])?, out.len())?;
+        check_len("weights.w_in", "d·(2e+s)", product("weights.w_in", &[d, width])?, weights.w_in.len())?;
+        check_len("weights.w_out", "e·d", product("weights.w_out", &[e, d])?, weights.w_out.len())?;
+        if let Some(b) = weights.b_in {
+            check_len("weights.b_in", "2e+s", width, b.len())?;
+        }
+        if let Some(b) = weights.b_out {
+            check_len("weights.b_out", "d", d, b.len())?;
+        }
+        for (arg, v) in [
+            ("weights.gamma_q", weights.gamma_q),
+            ("weights.beta_q", weights.beta_q),
+            ("weights.gamma_k", weights.gamma_k),
+            ("weights.beta_k", weights.beta_k),
+        ] {
+            check_len(arg, "s", s, v.len())?;
+        }
+        if let Some(lens) = opts.key_lengths {
+            check_len("key_lengths", "B", batch, lens.len())?;
+            if let Some((i, &len)) = lens.iter().enumerate().find(|(_, &len)| len > t) {
+                return Err(Error::param("key_lengths", format!("every length ≤ seq_len = {t}"), format!("{len} at {i}")));
+            }
+        }
+        if let Some(bias) = opts.bias {
+            check_len("bias", "T·T", product("bias", &[t, t])?, bias.len())?;
+        }
+        let scale = match opts.scale {
+            ScoreScale::InvSqrtQkDim => (1.0 / (s as f64).sqrt()) as f32,
+            ScoreScale::InvSeqLen => (1.0 / t.max(1) as f64) as f32,
+            ScoreScale::Value(c) if c.is_finite() => c,
+            ScoreScale::Value(c) => return Err(Error::param("scale", "a finite constant", c)),
+        };
+        if let Normalizer::Value(l) = opts.normalizer {
+            if !(l.is_finite() && l > 0.0) {
+                return Err(Error::param("normalizer", "a finite constant > 0", l));
+            }
+        }
+        if opts.rope.is_some() && s % 2 != 0 {
+            return Err(Error::shape("shape.qk_dim", "an even width for RoPE", s));
+        }
+        let ws_len = body::workspace_len(shape).ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
+        if batch == 0 || t == 0 {
+            return Ok(());
+        }
+        if opts.rope.is_some() && workspace.rope_for != Some((t, s)) {
+            workspace.rope = body::rope_table(t, s);
+            workspace.rope_for = Some((t, s));
+        }
+        if workspace.buf.len() < ws_len {
+            workspace.buf.resize(ws_len, 0.0);
+        }
+        let null = std::ptr::null();
+        let call = GauCall {
+            shape: *shape,
+            x: x.as_ptr(),
+            w_in: weights.w_in.as_ptr(),
+            b_in: weights.b_in.map_or(null, |b| b.as_ptr()),
+            gamma_q: weights.gamma_q.as_ptr(),
+            beta_q: weights.beta_q.as_ptr(),
+            gamma_k: weights.gamma_k.as_ptr(),
+            beta_k: weights.beta_k.as_ptr(),
+            w_out: weights.w_out.as_ptr(),
+            b_out: weights.b_out.map_or(null, |b| b.as_ptr()),
+            out: out.as_mut_ptr(),
+            scale,
+            normalizer: opts.normalizer,
+            key_lengths: opts.key_lengths.map_or(std::ptr::null(), |l| l.as_ptr()),
+            causal: opts.causal,
+            bias: opts.bias.map_or(null, |b| b.as_ptr()),
+            rope: opts.rope,
+            rope_table: workspace.rope.as_ptr(),
+            workspace: workspace.buf.as_mut_ptr(),
+        };
+        // SAFETY: the ISA of the table was checked when `self` was made; every pointer covers
+        // the length its shape gives (checked above), the workspace holds `workspace_len`
+        // floats, the RoPE table `T·s` when RoPE is on, and `out` is an exclusive borrow.
+        unsafe { (self.table().gau)(&call) };
+        Ok(())
+    }
+}

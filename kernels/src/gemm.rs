@@ -1,0 +1,282 @@
+//! A packed, register-blocked matrix product with a fused epilogue, generic over [`Simd`].
+//!
+//! `C = A·B` for row-major `A[m, k]` (any row stride) and `B[k, n]` packed into panels of
+//! `NR = NV·LANES` columns laid out `[panel][k][NR]` (zero past `n`). The micro-kernel holds
+//! an `MR × NR` tile of `C` in `MR·NV` vector registers and walks `k`, broadcasting one element
+//! of `A` per row and loading `NV` vectors of `B` per step: `MR·NV` FMAs for `NV` loads and
+//! `MR` broadcasts. The finished tile goes to an epilogue closure while still in registers,
+//! which is where the callers fuse bias, activation, scaling, masking and the stores.
+//!
+//! Blocking: `MB = 8·MR` rows of `A` (a few hundred KiB at most, kept in L2) are run against
+//! every panel of `B` in turn (streamed from L2/L3, one panel at a time reused by the 8
+//! micro-blocks), so `B` is read `m/MB` times and `A` once per panel from L2.
+//!
+//! Attention uses the same micro-kernel ([`tile`]) for `Q·Kᵀ` with the keys packed as `B`.
+//!
+//! Hot loops here use plain `for` loops over fixed-size arrays, never `array::from_fn` or
+//! other closures over vectors: an outlined closure carries no target features and turns
+//! every intrinsic into a call (measured: 10× slower on AVX2).
+
+use std::array;
+
+use crate::simd::Simd;
+
+/// Micro-blocks of `MR` rows per row block (`MB = ROW_BLOCKS·MR`).
+pub(crate) const ROW_BLOCKS: usize = 8;
+
+/// Upper bounds of `MR` and `NR = NV·LANES` over the ISAs: workspaces are sized with them, so
+/// that one size fits every ISA.
+pub(crate) const MAX_MR: usize = 16;
+pub(crate) const MAX_NR: usize = 64;
+
+/// The register tile of each ISA: `MR` rows by `NV` vectors, i.e. `MR·NV` accumulators plus
+/// `NV` loaded vectors and one broadcast, sized to the register file. Every kernel built on
+/// the micro-kernel has a method here, instantiated with the ISA's tile.
+pub(crate) trait Tile: Simd {
+    /// # Safety
+    /// As [`crate::attention::run`].
+    unsafe fn attention(self, call: &crate::attention::AttentionCall);
+    /// # Safety
+    /// As [`crate::gau::run`].
+    unsafe fn gau(self, call: &crate::gau::GauCall);
+}
+
+macro_rules! tile {
+    ($simd:ty, $mr:literal, $nv:literal, $why:literal) => {
+        #[doc = $why]
+        impl Tile for $simd {
+            #[inline(always)]
+            unsafe fn attention(self, call: &crate::attention::AttentionCall) {
+                // SAFETY: forwarded from the caller.
+                unsafe { crate::attention::run::<Self, $mr, $nv>(self, call) }
+            }
+            #[inline(always)]
+            unsafe fn gau(self, call: &crate::gau::GauCall) {
+                // SAFETY: forwarded from the caller.
+                unsafe { crate::gau::run::<Self, $mr, $nv>(self, call) }
+            }
+        }
+    };
+}
+
+tile!(crate::simd::scalar::Scalar, 4, 4, "16 accumulators: what 16 general FP registers hold without spilling.");
+#[cfg(target_arch = "x86_64")]
+tile!(crate::simd::avx2::Avx2, 6, 2, "12 of 16 ymm registers as accumulators, 16 columns per tile.");
+#[cfg(target_arch = "x86_64")]
+tile!(crate::simd::avx512::Avx512, 12, 2, "24 of 32 zmm registers as accumulators, 32 columns per tile.");
+#[cfg(target_arch = "aarch64")]
+tile!(crate::simd::neon::Neon, 6, 4, "24 of 32 q registers as accumulators, 16 columns per tile.");
+
+/// Floats of a packed `B[k, n]` for panels of `nr` columns.
+pub(crate) fn packed_len(k: usize, n: usize, nr: usize) -> usize {
+    n.div_ceil(nr) * nr * k
+}
+
+/// Packs row-major `b[k, n]` (row stride `ldb`) into panels `[panel][k][nr]`, zero past `n`.
+///
+/// # Safety
+/// `b` covers `k` rows of `ldb ≥ n` floats (the last row `n`); `dst` holds
+/// `packed_len(k, n, nr)` floats.
+pub(crate) unsafe fn pack_b(b: *const f32, ldb: usize, k: usize, n: usize, nr: usize, dst: *mut f32) {
+    for p in 0..n.div_ceil(nr) {
+        let c0 = p * nr;
+        let width = nr.min(n - c0);
+        for kk in 0..k {
+            // SAFETY: row `kk` of `b` has `n ≥ c0 + width` columns; panel `p` row `kk` is in
+            // `dst`.
+            unsafe {
+                let out = std::slice::from_raw_parts_mut(dst.add((p * k + kk) * nr), nr);
+                out[..width].copy_from_slice(std::slice::from_raw_parts(b.add(kk * ldb + c0), width));
+                out[width..].fill(0.0);
+            }
+        }
+    }
+}
+
+/// Packs the rows `0..count` of row-major `bt[n, k]` (the transpose of `B[k, n]`, e.g. keys
+/// for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels.
+///
+/// # Safety
+/// `bt` holds `count` rows of `k` floats; `dst` holds `panels·nr·k` floats.
+pub(crate) unsafe fn pack_bt(bt: *const f32, dst: *mut f32, count: usize, panels: usize, nr: usize, k: usize) {
+    for p in 0..panels {
+        for jj in 0..nr {
+            let j = p * nr + jj;
+            for kk in 0..k {
+                // SAFETY: rows `j < count` are read; writes stay inside panel `p`.
+                unsafe { *dst.add((p * k + kk) * nr + jj) = if j < count { *bt.add(j * k + kk) } else { 0.0 } };
+            }
+        }
+    }
+}
+
+/// The `MR × NV·LANES` tile `Σ_kk a[r][kk]·b[kk][·]` of one packed panel.
+///
+/// # Safety
+/// Each `a[r]` holds `k` floats; `bp` holds `k·NV·LANES` floats laid out `[kk][col]`.
+#[inline(always)]
+pub(crate) unsafe fn tile<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    a: &[*const f32; MR],
+    bp: *const f32,
+    k: usize,
+) -> [[S::V; NV]; MR] {
+    let nr = NV * S::LANES;
+    let mut acc = [[s.splat(0.0); NV]; MR];
+    for kk in 0..k {
+        // SAFETY: `kk < k` and `v·LANES < nr`: inside the panel and the rows of `a`.
+        unsafe {
+            let mut b = [s.splat(0.0); NV];
+            for (v, x) in b.iter_mut().enumerate() {
+                *x = s.load(bp.add(kk * nr + v * S::LANES));
+            }
+            for r in 0..MR {
+                let av = s.splat(*a[r].add(kk));
+                for v in 0..NV {
+                    acc[r][v] = s.mul_add(av, b[v], acc[r][v]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Loads `count ≤ LANES` floats, zero past them.
+///
+/// # Safety
+/// `p..p + count` is readable.
+#[inline(always)]
+pub(crate) unsafe fn load_n<S: Simd>(s: S, p: *const f32, count: usize) -> S::V {
+    // SAFETY: forwarded; the partial load stops at `count`.
+    unsafe {
+        if count == S::LANES {
+            s.load(p)
+        } else {
+            s.load_partial(p, count, 0.0)
+        }
+    }
+}
+
+/// Stores the first `count ≤ LANES` lanes.
+///
+/// # Safety
+/// `p..p + count` is writable.
+#[inline(always)]
+pub(crate) unsafe fn store_n<S: Simd>(s: S, p: *mut f32, count: usize, v: S::V) {
+    // SAFETY: forwarded; the partial store stops at `count`.
+    unsafe {
+        if count == S::LANES {
+            s.store(p, v)
+        } else {
+            s.store_partial(p, count, v)
+        }
+    }
+}
+
+/// `o[r][0..NV·LANES] = alpha[r]·o[r][..] + Σ_{j < keys} p[r·ldp + j]·v[j·ldv + ..]` for the
+/// `MR` rows: one column chunk of a rank-`keys` update (the `p·V` of attention), with the
+/// `MR × NV` chunk of `o` in registers.
+///
+/// # Safety
+/// `p` covers `MR` rows of `ldp ≥ keys`; `v` covers `keys` rows of `NV·LANES` floats at
+/// stride `ldv`; `o` covers `MR` rows of `NV·LANES` floats at stride `ldo`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn rank_update<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    p: *const f32,
+    ldp: usize,
+    keys: usize,
+    v: *const f32,
+    ldv: usize,
+    o: *mut f32,
+    ldo: usize,
+    alpha: &[S::V; MR],
+) {
+    // SAFETY: every access is inside the regions of the contract.
+    unsafe {
+        let mut acc = [[s.splat(0.0); NV]; MR];
+        for r in 0..MR {
+            for c in 0..NV {
+                acc[r][c] = s.mul(s.load(o.add(r * ldo + c * S::LANES)), alpha[r]);
+            }
+        }
+        for j in 0..keys {
+            let mut vv = [s.splat(0.0); NV];
+            for (c, x) in vv.iter_mut().enumerate() {
+                *x = s.load(v.add(j * ldv + c * S::LANES));
+            }
+            for r in 0..MR {
+                let pr = s.splat(*p.add(r * ldp + j));
+                for c in 0..NV {
+                    acc[r][c] = s.mul_add(pr, vv[c], acc[r][c]);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, &x) in row.iter().enumerate() {
+                s.store(o.add(r * ldo + c * S::LANES), x);
+            }
+        }
+    }
+}
+
+/// Where a finished tile of `C` sits: rows `row0..row0 + rows`, columns `col0..col0 + cols`
+/// (`rows ≤ MR`, `cols ≤ NR`; the tile's other rows and columns are padding to ignore).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TileAt {
+    pub row0: usize,
+    pub rows: usize,
+    pub col0: usize,
+    pub cols: usize,
+}
+
+/// What happens to a finished tile of `C`: bias, activation, stores. A trait with an
+/// `#[inline(always)]` method rather than a closure, so that a heavy epilogue (a whole swish)
+/// is inlined into the ISA's code (see [`crate::math::Map`]).
+pub(crate) trait Epilogue<S: Simd, const MR: usize, const NV: usize> {
+    /// # Safety
+    /// As the implementor states; `at` is inside the `C` the product was called for.
+    unsafe fn tile(&mut self, s: S, at: TileAt, acc: &[[S::V; NV]; MR]);
+}
+
+/// `C = A·B`, handing every `MR × NR` tile to `epilogue` (which stores it).
+///
+/// # Safety
+/// `a` covers `m` rows of `lda ≥ k` floats (the last row `k`); `bp` is `B[k, n]` packed by
+/// [`pack_b`] with `nr = NV·LANES`; `m ≥ 1`.
+#[inline(always)]
+pub(crate) unsafe fn gemm<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    a: *const f32,
+    lda: usize,
+    m: usize,
+    k: usize,
+    bp: *const f32,
+    n: usize,
+    epilogue: &mut impl Epilogue<S, MR, NV>,
+) {
+    let nr = NV * S::LANES;
+    let mb = ROW_BLOCKS * MR;
+    let mut r0 = 0;
+    while r0 < m {
+        let block_end = (r0 + mb).min(m);
+        for p in 0..n.div_ceil(nr) {
+            let col0 = p * nr;
+            let mut i0 = r0;
+            while i0 < block_end {
+                let rows = MR.min(block_end - i0);
+                // Rows past the block repeat its last row: computed, never stored.
+                // SAFETY: `i0 + min(r, rows − 1) < m`; panel `p` holds `k·nr` floats.
+                let acc = unsafe {
+                    let rows_a: [*const f32; MR] = array::from_fn(|r| a.add((i0 + r.min(rows - 1)) * lda));
+                    tile::<S, MR, NV>(s, &rows_a, bp.add(p * k * nr), k)
+                };
+                // SAFETY: the tile lies inside `C[m, n]`.
+                unsafe { epilogue.tile(s, TileAt { row0: i0, rows, col0, cols: nr.min(n - col0) }, &acc) };
+                i0 += MR;
+            }
+        }
+        r0 = block_end;
+    }
+}

@@ -1,0 +1,266 @@
+//! The gated attention unit on every ISA against the f64 oracle and its running error bound.
+
+mod common;
+
+use common::all_kernels;
+use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
+use proptest::prelude::*;
+
+/// One call with owned inputs.
+#[derive(Debug, Clone)]
+struct Case {
+    shape: GauShape,
+    x: Vec<f32>,
+    w_in: Vec<f32>,
+    b_in: Option<Vec<f32>>,
+    gq: Vec<f32>,
+    bq: Vec<f32>,
+    gk: Vec<f32>,
+    bk: Vec<f32>,
+    w_out: Vec<f32>,
+    b_out: Option<Vec<f32>>,
+    scale: ScoreScale,
+    normalizer: Normalizer,
+    key_lengths: Option<Vec<usize>>,
+    causal: bool,
+    bias: Option<Vec<f32>>,
+    rope: Option<Rope>,
+}
+
+fn rng(seed: u64) -> impl FnMut() -> f32 {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+impl Case {
+    /// Random inputs of unit scale, weights scaled by 1/√fan-in as in a trained layer.
+    fn new(shape: GauShape, seed: u64) -> Case {
+        let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s } = shape;
+        let w = 2 * e + s;
+        let mut r = rng(seed);
+        let mut v = |n: usize, scale: f32| (0..n).map(|_| r() * scale).collect::<Vec<f32>>();
+        Case {
+            shape,
+            x: v(batch * t * d, 2.0),
+            w_in: v(d * w, 2.0 / (d as f32).sqrt()),
+            b_in: Some(v(w, 0.5)),
+            gq: v(s, 1.5),
+            bq: v(s, 0.5),
+            gk: v(s, 1.5),
+            bk: v(s, 0.5),
+            w_out: v(e * d, 2.0 / (e as f32).sqrt()),
+            b_out: Some(v(d, 0.5)),
+            scale: ScoreScale::default(),
+            normalizer: Normalizer::default(),
+            key_lengths: None,
+            causal: false,
+            bias: None,
+            rope: None,
+        }
+    }
+
+    fn weights(&self) -> GauWeights<'_> {
+        GauWeights {
+            w_in: &self.w_in,
+            b_in: self.b_in.as_deref(),
+            gamma_q: &self.gq,
+            beta_q: &self.bq,
+            gamma_k: &self.gk,
+            beta_k: &self.bk,
+            w_out: &self.w_out,
+            b_out: self.b_out.as_deref(),
+        }
+    }
+
+    fn opts(&self) -> GauOptions<'_> {
+        GauOptions {
+            scale: self.scale,
+            normalizer: self.normalizer,
+            key_lengths: self.key_lengths.as_deref(),
+            causal: self.causal,
+            bias: self.bias.as_deref(),
+            rope: self.rope,
+        }
+    }
+
+    fn run(&self, k: &Kernels, ws: &mut GauWorkspace) -> Vec<f32> {
+        let s = self.shape;
+        let mut out = vec![f32::NAN; s.batch * s.seq_len * s.dim];
+        k.gau(&s, &self.x, &self.weights(), &self.opts(), &mut out, ws).unwrap();
+        out
+    }
+
+    fn reference(&self) -> (reference::GauShape, reference::GauParams<'_>) {
+        let s = self.shape;
+        let shape = reference::GauShape { batch: s.batch, seq_len: s.seq_len, dim: s.dim, expand: s.expand, qk_dim: s.qk_dim };
+        let params = reference::GauParams {
+            w_in: &self.w_in,
+            b_in: self.b_in.as_deref(),
+            gamma_q: &self.gq,
+            beta_q: &self.bq,
+            gamma_k: &self.gk,
+            beta_k: &self.bk,
+            w_out: &self.w_out,
+            b_out: self.b_out.as_deref(),
+            scale: match self.scale {
+                ScoreScale::InvSqrtQkDim => reference::ScoreScale::InvSqrtQkDim,
+                ScoreScale::InvSeqLen => reference::ScoreScale::InvSeqLen,
+                ScoreScale::Value(v) => reference::ScoreScale::Value(v),
+            },
+            normalizer: match self.normalizer {
+                Normalizer::SeqLen => reference::Normalizer::SeqLen,
+                Normalizer::ValidKeys => reference::Normalizer::ValidKeys,
+                Normalizer::Value(v) => reference::Normalizer::Value(v),
+            },
+            key_lengths: self.key_lengths.as_deref(),
+            causal: self.causal,
+            bias: self.bias.as_deref(),
+            rope: self.rope.map(|r| match r {
+                Rope::Interleaved => reference::Rope::Interleaved,
+                Rope::HalfSplit => reference::Rope::HalfSplit,
+            }),
+        };
+        (shape, params)
+    }
+
+    fn check(&self, k: &Kernels, out: &[f32]) -> Result<(), TestCaseError> {
+        let (shape, params) = self.reference();
+        reference::check_gau(&shape, &self.x, &params, out).map_err(|m| TestCaseError::fail(format!("{}: {m}", k.isa())))
+    }
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let dims = (1usize..=2, 1usize..=40, 1usize..=24, 1usize..=40, 1usize..=12);
+    let flags = (0u8..3, 0u8..3, any::<bool>(), any::<bool>(), any::<bool>(), 0u8..3, any::<u64>());
+    (dims, flags).prop_map(|((batch, t, d, e, s), (scale, norm, padded, causal, bias, rope, seed))| {
+        let s = if rope > 0 { 2 * s } else { s };
+        let mut c = Case::new(GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s }, seed);
+        c.scale = [ScoreScale::InvSqrtQkDim, ScoreScale::InvSeqLen, ScoreScale::Value(0.3)][scale as usize];
+        c.normalizer = [Normalizer::SeqLen, Normalizer::ValidKeys, Normalizer::Value(2.5)][norm as usize];
+        let mut r = rng(seed ^ 5);
+        if padded {
+            c.key_lengths = Some((0..batch).map(|_| ((r() + 1.0) * 0.5 * (t + 1) as f32) as usize % (t + 1)).collect());
+        }
+        c.causal = causal;
+        if bias {
+            c.bias = Some((0..t * t).map(|_| r()).collect());
+        }
+        if seed % 5 == 0 {
+            c.b_in = None;
+            c.b_out = None;
+        }
+        c.rope = [None, Some(Rope::Interleaved), Some(Rope::HalfSplit)][rope as usize];
+        c
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gau_matches_oracle_on_every_isa(c in case()) {
+        let mut ws = GauWorkspace::new();
+        for k in all_kernels() {
+            let out = c.run(&k, &mut ws);
+            c.check(&k, &out)?;
+        }
+    }
+}
+
+/// Tile-sized shapes: several row blocks and key tiles, every option on.
+#[test]
+fn larger_shapes_match_oracle() {
+    let shape = GauShape { batch: 2, seq_len: 150, dim: 40, expand: 72, qk_dim: 24 };
+    for (causal, rope) in [(false, None), (true, Some(Rope::HalfSplit))] {
+        let mut c = Case::new(shape, 11);
+        c.causal = causal;
+        c.rope = rope;
+        c.key_lengths = Some(vec![150, 101]);
+        c.bias = Some((0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect());
+        for k in all_kernels() {
+            let out = c.run(&k, &mut GauWorkspace::new());
+            c.check(&k, &out).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
+        }
+    }
+}
+
+/// `relu²(x/√s)/T` and `relu²(x)/(T·s)` are the same attention: the default options and
+/// (c = 1, l = T·s) agree within the sum of their bounds.
+#[test]
+fn scale_identity() {
+    let shape = GauShape { batch: 1, seq_len: 33, dim: 16, expand: 24, qk_dim: 16 };
+    let a = Case::new(shape, 3);
+    let mut b = a.clone();
+    b.scale = ScoreScale::Value(1.0);
+    b.normalizer = Normalizer::Value((33 * 16) as f32);
+    let (rs, rp) = a.reference();
+    let bound = reference::gau(&rs, &a.x, &rp).bound;
+    for k in all_kernels() {
+        let (ya, yb) = (a.run(&k, &mut GauWorkspace::new()), b.run(&k, &mut GauWorkspace::new()));
+        a.check(&k, &ya).unwrap();
+        b.check(&k, &yb).unwrap();
+        for i in 0..ya.len() {
+            assert!(((ya[i] - yb[i]) as f64).abs() <= 2.0 * bound[i], "{}: {} vs {}", k.isa(), ya[i], yb[i]);
+        }
+    }
+}
+
+/// A row with no allowed key gets A·V = 0, so O = b_o; T = 1 works.
+#[test]
+fn rows_without_keys_and_single_token() {
+    let shape = GauShape { batch: 2, seq_len: 5, dim: 6, expand: 8, qk_dim: 4 };
+    let mut c = Case::new(shape, 8);
+    c.key_lengths = Some(vec![0, 5]);
+    for k in all_kernels() {
+        let out = c.run(&k, &mut GauWorkspace::new());
+        c.check(&k, &out).unwrap();
+        for row in out[..5 * 6].chunks(6) {
+            assert_eq!(row, c.b_out.as_deref().unwrap(), "{}", k.isa());
+        }
+    }
+    let c = Case::new(GauShape { batch: 3, seq_len: 1, dim: 3, expand: 2, qk_dim: 2 }, 9);
+    for k in all_kernels() {
+        let out = c.run(&k, &mut GauWorkspace::new());
+        c.check(&k, &out).unwrap();
+    }
+}
+
+#[test]
+fn errors_name_the_argument() {
+    let k = Kernels::best();
+    let shape = GauShape { batch: 1, seq_len: 4, dim: 3, expand: 5, qk_dim: 3 };
+    let c = Case::new(shape, 1);
+    let mut out = vec![0.0; 12];
+    let mut ws = GauWorkspace::new();
+    let w = c.weights();
+    let err = |shape: &GauShape, x: &[f32], w: &GauWeights, o: &GauOptions, out: &mut [f32]| {
+        kernels::Kernels::best().gau(shape, x, w, o, out, &mut GauWorkspace::new()).unwrap_err()
+    };
+    let d = GauOptions::default();
+    assert_eq!(err(&shape, &c.x[1..], &w, &d, &mut out).to_string(), "`x`: expected length 12 (B·T·d), got 11");
+    assert_eq!(err(&shape, &c.x, &w, &d, &mut out[1..]).arg(), Some("out"));
+    assert_eq!(err(&shape, &c.x, &GauWeights { w_in: &c.w_in[1..], ..w }, &d, &mut out).arg(), Some("weights.w_in"));
+    assert_eq!(err(&shape, &c.x, &GauWeights { w_out: &c.w_out[1..], ..w }, &d, &mut out).arg(), Some("weights.w_out"));
+    assert_eq!(err(&shape, &c.x, &GauWeights { b_in: Some(&[0.0; 2]), ..w }, &d, &mut out).arg(), Some("weights.b_in"));
+    assert_eq!(err(&shape, &c.x, &GauWeights { b_out: Some(&[0.0; 2]), ..w }, &d, &mut out).arg(), Some("weights.b_out"));
+    assert_eq!(err(&shape, &c.x, &GauWeights { gamma_k: &[1.0; 2], ..w }, &d, &mut out).arg(), Some("weights.gamma_k"));
+    assert_eq!(err(&GauShape { qk_dim: 0, ..shape }, &c.x, &w, &d, &mut out).arg(), Some("shape.qk_dim"));
+    let rope = GauOptions { rope: Some(Rope::Interleaved), ..d };
+    assert_eq!(err(&shape, &c.x, &w, &rope, &mut out).to_string(), "`shape.qk_dim`: expected an even width for RoPE, got 3");
+    let lens = [5];
+    assert_eq!(err(&shape, &c.x, &w, &GauOptions { key_lengths: Some(&lens), ..d }, &mut out).arg(), Some("key_lengths"));
+    assert_eq!(err(&shape, &c.x, &w, &GauOptions { bias: Some(&[0.0; 3]), ..d }, &mut out).arg(), Some("bias"));
+    let bad = GauOptions { normalizer: Normalizer::Value(0.0), ..d };
+    assert_eq!(err(&shape, &c.x, &w, &bad, &mut out).arg(), Some("normalizer"));
+    let bad = GauOptions { scale: ScoreScale::Value(f32::INFINITY), ..d };
+    assert_eq!(err(&shape, &c.x, &w, &bad, &mut out).arg(), Some("scale"));
+    k.gau(&shape, &c.x, &w, &d, &mut out, &mut ws).unwrap();
+    let mut again = vec![0.0; 12];
+    kernels::gau(&shape, &c.x, &w, &d, &mut again).unwrap();
+    assert_eq!(out, again);
+}
