@@ -80,6 +80,65 @@ impl Pair {
     }
 }
 
+/// Distance in bytes between the page offsets of consecutive buffers of a [`Staggered`] set:
+/// a multiple of 64 (every buffer starts on a cache line) that is not a divisor of the page, so
+/// that no two of up to 7 buffers share a page offset.
+pub const STAGGER: usize = 1088;
+
+/// Several f32 buffers in one allocation (kernels with more than one input or output, such as
+/// attention's Q, K, V, P, O and S): buffer `i` starts `i·STAGGER mod PAGE` bytes past a page
+/// boundary, so that no two streams are a multiple of 4 KiB apart (see the module docs).
+pub struct Staggered {
+    storage: Vec<f32>,
+    spans: Vec<Range<usize>>,
+}
+
+impl Staggered {
+    /// Buffers of these lengths in floats, filled with 1.0 (every page touched).
+    pub fn new(lens: &[usize]) -> Staggered {
+        let page = PAGE / F32;
+        let mut spans = Vec::with_capacity(lens.len());
+        let mut at = 0;
+        for (i, &len) in lens.iter().enumerate() {
+            let start = at + (i * STAGGER % PAGE) / F32;
+            spans.push(start..start + len);
+            at = (start + len).div_ceil(page) * page;
+        }
+        let storage = vec![1.0f32; at + page];
+        let base = storage.as_ptr().align_offset(PAGE);
+        let base = if base < page { base } else { 0 };
+        for span in &mut spans {
+            *span = span.start + base..span.end + base;
+        }
+        Staggered { storage, spans }
+    }
+
+    /// Buffer `i`.
+    pub fn get(&self, i: usize) -> &[f32] {
+        &self.storage[self.spans[i].clone()]
+    }
+
+    /// Buffer `i`, to fill it.
+    pub fn get_mut(&mut self, i: usize) -> &mut [f32] {
+        &mut self.storage[self.spans[i].clone()]
+    }
+
+    /// Every buffer at once, mutable, in order (they are disjoint).
+    pub fn all_mut(&mut self) -> Vec<&mut [f32]> {
+        let mut out = Vec::with_capacity(self.spans.len());
+        let mut rest: &mut [f32] = &mut self.storage;
+        let mut consumed = 0;
+        for span in &self.spans {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(span.start - consumed);
+            let (buf, tail) = tail.split_at_mut(span.len());
+            out.push(buf);
+            rest = tail;
+            consumed = span.end;
+        }
+        out
+    }
+}
+
 /// One line that says how [`Pair`] places buffers with this `offset`.
 pub fn describe(offset: usize) -> String {
     format!(
@@ -104,6 +163,25 @@ mod tests {
             assert_eq!((p.y().as_ptr() as usize) % PAGE, DEFAULT_OUT_OFFSET);
             let (x, y) = p.io();
             assert_eq!((x.len(), y.len()), (xl, yl));
+        }
+    }
+
+    #[test]
+    fn staggered_buffers_are_disjoint_and_placed() {
+        let lens = [5000, 0, 3, 4096, 1, 70000, 2];
+        let mut s = Staggered::new(&lens);
+        for (i, &len) in lens.iter().enumerate() {
+            assert_eq!(s.get(i).len(), len);
+            let at = s.get(i).as_ptr() as usize;
+            assert_eq!(at % PAGE, i * STAGGER % PAGE, "buffer {i}");
+        }
+        for (i, buf) in s.all_mut().into_iter().enumerate() {
+            assert_eq!(buf.len(), lens[i]);
+            buf.fill(i as f32);
+        }
+        for (i, &len) in lens.iter().enumerate() {
+            assert!(s.get(i).iter().all(|&v| v == i as f32), "buffer {i} was overwritten");
+            assert_eq!(s.get_mut(i).len(), len);
         }
     }
 }

@@ -8,10 +8,13 @@
 //! - [`buffers`]: input and output buffers placed deliberately, identically for a kernel and
 //!   its baselines (4K aliasing moves timings by 20–40% otherwise).
 //! - [`roofline`]: the machine's limits measured in-process: copy bandwidth and FMA peak.
+//! - [`composed`]: the unfused attention (GEMM, softmax, GEMM) on the gemm and matrixmultiply
+//!   crates, the baseline of the fused kernel.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod buffers;
+pub mod composed;
 pub mod data;
 pub mod plain;
 pub mod report;

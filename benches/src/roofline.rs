@@ -91,6 +91,14 @@ pub fn copy(isa: Isa, stores: Stores, x: &[f32], y: &mut [f32]) -> bool {
     }
 }
 
+/// Iterations of one call of [`fma_peak`] as the report times it (about 10–30 µs).
+pub const FMA_ITERS: u64 = 10_000;
+
+/// The name of the FMA-peak roofline of `isa`, as the report prints it: `fma peak(avx512)`.
+pub fn fma_name(isa: Isa) -> String {
+    format!("fma peak({})", vectors(isa))
+}
+
 /// The shape of the FMA-peak loop of `isa`: independent accumulators, f32 lanes per
 /// accumulator, and a label. Enough accumulators to cover the FMA latency on every port
 /// (4 cycles × 2 ports on the project's machines needs 8) without spilling registers.

@@ -23,6 +23,8 @@ pub type KernelFn = dyn Fn(Kernels, &[f32], &mut [f32]) -> Result<(), kernels::E
 pub type PlainFn = dyn Fn(&[f32], &mut [f32]);
 /// The exact result of a case for input `x`, from the `reference` crate.
 pub type OracleFn = dyn Fn(&[f32]) -> Vec<f64>;
+/// Measures a [`Custom`] case: its printed rows.
+pub type MeasureFn = dyn Fn(&Context) -> Result<Vec<Row>, ReportError>;
 
 /// Which roofline a case is held against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,22 @@ pub enum Rule {
     CopyBeyondL2ElseExp,
     /// Always the copy of the same bytes.
     Copy,
+    /// A compute-bound kernel with a FLOP count ([`Case::flops`]): the FMA peak of the same ISA
+    /// ([`roofline::fma_peak`]), its fastest round's time scaled to the case's FLOPs (see
+    /// [`fma_ratio`]).
+    Fma,
+}
+
+/// A case with a driver of its own: a kernel whose operands do not fit one `x` and one `y`, or
+/// whose oracle is too slow for the whole output (attention). Its `measure` times it on the
+/// ISAs of the context and returns its printed rows, as [`measure`] does for a [`Case`].
+pub struct Custom {
+    /// The kernel's name as printed; also what `--kernel` matches.
+    pub kernel: &'static str,
+    /// The shape as printed.
+    pub shape: String,
+    /// Measures the case.
+    pub measure: Box<MeasureFn>,
 }
 
 /// One kernel over one shape.
@@ -124,6 +142,7 @@ enum Contender {
     Kernel(Kernels),
     Copy(Isa),
     Exp(Kernels),
+    Fma(Isa),
 }
 
 impl Contender {
@@ -133,6 +152,7 @@ impl Contender {
             Contender::Kernel(k) => format!("kernel on {}", k.isa()),
             Contender::Copy(isa) => roofline::copy_name(*isa, Stores::Ordinary),
             Contender::Exp(k) => format!("exp({})", k.isa()),
+            Contender::Fma(isa) => roofline::fma_name(*isa),
         }
     }
 }
@@ -151,9 +171,36 @@ fn run(case: &Case, c: Contender, pair: &mut Pair) -> Result<(), String> {
             }
         }
         Contender::Exp(k) => k.exp(x, y).map_err(|e| e.to_string())?,
+        Contender::Fma(isa) => {
+            black_box(roofline::fma_peak(isa, black_box(roofline::FMA_ITERS)));
+        }
     }
     black_box(y);
     Ok(())
+}
+
+/// The roofline a case is held against, once its rule is decided for its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Roof {
+    Copy,
+    Exp,
+    Fma,
+}
+
+/// The fraction of the FMA peak a kernel reaches: `scale` = the kernel's FLOPs per call ÷ the
+/// peak loop's, `peak_ns` the peak loop's fastest round, `kernel_ns` the kernel's median.
+///
+/// The peak is a constant of the hardware: a slower round of its short loop is interference
+/// (on these shared machines a preemption can double a 5 ms batch), so its fastest round is
+/// the estimate, not a median of per-round ratios. Interference then lowers the fraction (the
+/// kernel's median pays for it), never raises it past the truth.
+pub fn fma_ratio(peak_ns: f64, kernel_ns: f64, scale: f64) -> f64 {
+    peak_ns * scale / kernel_ns
+}
+
+/// FLOPs of one call of the FMA-peak loop of `isa` as the report times it.
+pub fn fma_call_flops(isa: Isa) -> f64 {
+    (roofline::FMA_ITERS * roofline::fma_flops_per_iter(isa)) as f64
 }
 
 /// Measures `case` on every ISA of `ctx` and returns its printed rows.
@@ -180,27 +227,31 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         )));
     }
 
-    // The copy roofline copies min(x, y) floats; its time is scaled to the case's bytes.
+    // The copy roofline copies min(x, y) floats; its time is scaled to the case's bytes. The
+    // FMA peak runs a fixed number of FLOPs; its time is scaled to the case's FLOPs.
     let copied = case.x_len.min(case.y_len);
-    let use_copy = match case.rule {
-        Rule::Copy => true,
-        Rule::CopyBeyondL2ElseExp => case.bytes() > ctx.l2_bytes || case.x_len != case.y_len,
+    let roof = match case.rule {
+        Rule::Copy => Roof::Copy,
+        Rule::CopyBeyondL2ElseExp if case.bytes() > ctx.l2_bytes || case.x_len != case.y_len => Roof::Copy,
+        Rule::CopyBeyondL2ElseExp => Roof::Exp,
+        Rule::Fma => Roof::Fma,
     };
-    let copy_scale = if copied == 0 {
-        1.0
-    } else {
-        (case.x_len + case.y_len) as f64 / (2 * copied) as f64
+    let roof_scale = |isa: Isa| match roof {
+        Roof::Copy if copied > 0 => (case.x_len + case.y_len) as f64 / (2 * copied) as f64,
+        Roof::Copy | Roof::Exp => 1.0,
+        Roof::Fma => case.flops.unwrap_or(f64::NAN) / fma_call_flops(isa),
     };
+    if roof == Roof::Fma && case.flops.is_none() {
+        return Err(fail("Rule::Fma needs a FLOP count".to_string()));
+    }
 
     let n_isa = ctx.kernels.len();
     let mut contenders = vec![Contender::Plain];
     contenders.extend(ctx.kernels.iter().map(|&k| Contender::Kernel(k)));
-    contenders.extend(ctx.kernels.iter().map(|&k| {
-        if use_copy {
-            Contender::Copy(k.isa())
-        } else {
-            Contender::Exp(k)
-        }
+    contenders.extend(ctx.kernels.iter().map(|&k| match roof {
+        Roof::Copy => Contender::Copy(k.isa()),
+        Roof::Exp => Contender::Exp(k),
+        Roof::Fma => Contender::Fma(k.isa()),
     }));
 
     // Run every contender once: errors surface here, with a message, not inside the timing;
@@ -223,14 +274,12 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         .iter()
         .position(|k| k.isa() == Isa::Scalar)
         .ok_or_else(|| fail("the scalar path is not among the measured ISAs".to_string()))?;
-    let roof_name = |k: Kernels| {
-        if use_copy {
-            roofline::copy_name(k.isa(), Stores::Ordinary)
-        } else {
-            format!("exp({})", k.isa())
-        }
+    let roof_name = |k: Kernels| match roof {
+        Roof::Copy => roofline::copy_name(k.isa(), Stores::Ordinary),
+        Roof::Exp => format!("exp({})", k.isa()),
+        Roof::Fma => roofline::fma_name(k.isa()),
     };
-    let row = |i: usize, isa: String, roof: usize, roof_kernels: Kernels| Row {
+    let row = |i: usize, isa: String, roof_at: usize, roof_kernels: Kernels| Row {
         kernel: case.kernel.to_string(),
         isa,
         dtype: case.dtype.to_string(),
@@ -251,11 +300,19 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
             .map(|(j, k)| (k.isa().to_string(), samples.speedup(i, 1 + j)))
             .collect(),
         roofline: Some(roof_name(roof_kernels)),
-        roofline_ratio: Some(samples.speedup(i, roof) * if use_copy { copy_scale } else { 1.0 }),
-        roofline_ns_per_iter: Some(samples.median(roof) * if use_copy { copy_scale } else { 1.0 }),
-        method: None,
+        roofline_ratio: Some(if roof == Roof::Fma {
+            fma_ratio(samples.min(roof_at), samples.median(i), roof_scale(roof_kernels.isa()))
+        } else {
+            samples.speedup(i, roof_at) * roof_scale(roof_kernels.isa())
+        }),
+        roofline_ns_per_iter: Some(if roof == Roof::Fma {
+            samples.min(roof_at) * roof_scale(roof_kernels.isa())
+        } else {
+            samples.median(roof_at) * roof_scale(roof_kernels.isa())
+        }),
         rel_iqr: samples.rel_iqr(i),
         rounds: samples.rounds(),
+        ..Row::default()
     };
 
     let mut rows = Vec::new();
@@ -269,4 +326,55 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> Context {
+        let isas = kernels::available_isas();
+        Context {
+            kernels: isas
+                .iter()
+                .map(|&isa| Kernels::for_isa(isa).expect("available"))
+                .collect(),
+            printed: isas,
+            print_plain: true,
+            l2_bytes: 1 << 20,
+            out_offset: crate::buffers::DEFAULT_OUT_OFFSET,
+            timing: Timing {
+                rounds: 1,
+                sample_ns: 1e4,
+            },
+        }
+    }
+
+    #[test]
+    fn fma_rule_holds_rows_against_the_fma_peak() {
+        let len = 64;
+        let case = Case {
+            rule: Rule::Fma,
+            flops: Some(1e6),
+            ..Case::elementwise(
+                "exp",
+                len.to_string(),
+                len,
+                move || vec![0.5; len],
+                |k: Kernels, x, y| k.exp(x, y),
+                crate::plain::exp,
+                reference::exp,
+            )
+        };
+        let ctx = context();
+        let rows = measure(&case, &ctx).expect("measures");
+        assert_eq!(rows.len(), ctx.kernels.len() + 1);
+        for r in &rows {
+            let name = r.roofline.as_deref().expect("a roofline");
+            assert!(name.starts_with("fma peak("), "{name}");
+            assert!(r.roofline_ratio.is_some_and(|q| q.is_finite() && q > 0.0), "{r:?}");
+        }
+        let no_flops = Case { flops: None, ..case };
+        assert!(measure(&no_flops, &ctx).is_err());
+    }
 }

@@ -10,10 +10,7 @@ use super::output::Row;
 use super::timing;
 use super::ReportError;
 use crate::buffers::Pair;
-use crate::roofline::{self, Stores};
-
-/// Iterations of one call of the FMA loop (about 10–30 µs).
-const FMA_ITERS: u64 = 10_000;
+use crate::roofline::{self, Stores, FMA_ITERS};
 
 /// Copy sizes (bytes read; as many written), with their labels.
 const COPY_SIZES: [(usize, &str); 3] = [(16 << 10, "16KiB"), (256 << 10, "256KiB"), (64 << 20, "64MiB")];

@@ -9,8 +9,13 @@
 //! `--quick`), optionally a `goals` function that reads the issue's goals off the rows, and a
 //! `FAMILY` constant. Then add that constant to [`FAMILIES`]. Timing, buffer placement, error
 //! measurement, rooflines and printing are shared.
+//!
+//! A kernel that does not fit one input and one output, or whose oracle is too slow for the
+//! whole output, returns [`Custom`] cases instead, with a driver of its own built from the
+//! same parts (see [`attention`]).
 
 mod accuracy;
+pub mod attention;
 mod case;
 mod machine;
 mod output;
@@ -22,7 +27,7 @@ use std::io::Write;
 
 use kernels::{Isa, Kernels};
 
-pub use case::{Case, Context, Rule};
+pub use case::{Case, Context, Custom, Rule};
 pub use output::Row;
 pub use timing::Timing;
 
@@ -37,12 +42,26 @@ pub struct Family {
     pub kernels: &'static [&'static str],
     /// Its cases for a plan.
     pub cases: fn(&Plan) -> Vec<Case>,
+    /// Its cases with a driver of their own, measured after `cases`.
+    pub custom: fn(&Plan) -> Vec<Custom>,
+    /// The issue whose goals `goals` reads.
+    pub issue: u32,
     /// Lines that read the issue's goals off the measured rows (may be empty).
     pub goals: fn(&[Row]) -> Vec<String>,
 }
 
+/// For a family without [`Custom`] cases.
+pub fn no_custom(_: &Plan) -> Vec<Custom> {
+    Vec::new()
+}
+
+/// For a family without goal lines.
+pub fn no_goals(_: &[Row]) -> Vec<String> {
+    Vec::new()
+}
+
 /// Every family of the report, in printing order. Add a line here to add a kernel's rows.
-pub const FAMILIES: &[Family] = &[softmax::FAMILY];
+pub const FAMILIES: &[Family] = &[softmax::FAMILY, attention::FAMILY];
 
 /// What the run covers.
 #[derive(Debug, Clone, Copy)]
@@ -282,8 +301,9 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
             emit(out, &row)?;
         }
     }
-    let mut goals = Vec::new();
+    let mut goals: Vec<(u32, Vec<String>)> = Vec::new();
     let mut above_roofline = Vec::new();
+    let mut notes = Vec::new();
     for family in FAMILIES {
         let mut rows = Vec::new();
         for case in (family.cases)(&plan).into_iter().filter(|c| selected(c.kernel)) {
@@ -292,7 +312,22 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
                 rows.push(row);
             }
         }
-        goals.extend((family.goals)(&rows));
+        for case in (family.custom)(&plan).into_iter().filter(|c| selected(c.kernel)) {
+            for row in (case.measure)(&ctx)? {
+                emit(out, &row)?;
+                rows.push(row);
+            }
+        }
+        let lines = (family.goals)(&rows);
+        if !lines.is_empty() {
+            match goals.iter_mut().find(|(issue, _)| *issue == family.issue) {
+                Some((_, g)) => g.extend(lines),
+                None => goals.push((family.issue, lines)),
+            }
+        }
+        for r in rows.iter().filter(|r| r.within_bound == Some(false)) {
+            notes.push(format!("{} {} {}", r.kernel, r.isa, r.shape));
+        }
         for r in &rows {
             if let (Some(name), Some(q)) = (&r.roofline, r.roofline_ratio) {
                 if q > ABOVE_ROOFLINE && !above_roofline.contains(name) {
@@ -301,11 +336,22 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
             }
         }
     }
-    if !opts.json && !goals.is_empty() {
-        writeln!(out, "\ngoals of issue 2 (ratios from this run):").map_err(io)?;
-        for g in goals {
-            writeln!(out, "  {g}").map_err(io)?;
+    if !opts.json {
+        for (issue, lines) in goals {
+            writeln!(out, "\ngoals of issue {issue} (ratios from this run):").map_err(io)?;
+            for g in lines {
+                writeln!(out, "  {g}").map_err(io)?;
+            }
         }
+    }
+    if !opts.json && !notes.is_empty() {
+        writeln!(
+            out,
+            "\nERROR BOUND BROKEN (max_rel marked !): {}. The kernel's output is outside its documented bound \
+             against the oracle: a bug to report.",
+            notes.join(", ")
+        )
+        .map_err(io)?;
     }
     if !opts.json && !above_roofline.is_empty() {
         writeln!(
@@ -337,14 +383,30 @@ timing:  per case, plain Rust, every ISA's kernel and every ISA's roofline run i
 columns: GB/s counts the bytes an ideal kernel moves (x read once + y written once); Gelem/s output elements;
          GFLOP/s only where a FLOP count means something; time = median per call; max_ulp / max_rel vs the f64
          oracle (`reference`); xscalar, xplain = speedup over the scalar path and over plain Rust (f32::exp
-         loops) in the same run; roofline = what the row is held against; xroof = roofline time / kernel time
-         (1.0 = at the roofline); iqr = interquartile range of the kernel's times / median (noise).
-roofline: softmax-like rows whose working set (x + y) exceeds L2, and exp rows: a copy of the same bytes with
-         that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not memcpy, which may switch
-         to non-temporal stores); other rows: exp(ISA), the bare vectorized Kernels::exp of that ISA from x to y.
-         The scalar and plain rows use the scalar ISA's (baseline vectors: sse2/neon). `roofline` rows: the
-         FMA peak (independent accumulators) and copy bandwidth (bytes read + written; method in brackets) at
-         L1, L2 and beyond-LLC sizes.
+         loops) in the same run; xgemm, xmm = attention's speedup over the unfused composition (per head a GEMM
+         Q.K^T, Kernels::softmax of the row's ISA with scale and mask, a GEMM P.V) on the gemm crate / on
+         matrixmultiply, single-threaded (both GEMMs pick their own best ISA: avx512 where the CPU has it);
+         roofline = what the row is held against; xroof = roofline time / kernel time (1.0 = at the roofline);
+         iqr = interquartile range of the kernel's times / median (noise); \"!\" after max_rel: outside the
+         kernel's documented error bound.
+roofline: softmax-like rows whose working set (x + y) exceeds L2, and exp rows: a copy
+         of the same bytes with that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not
+         memcpy, which may switch to non-temporal stores); other rows: exp(ISA), the bare vectorized Kernels::exp
+         of that ISA from x to y. Attention rows: fma peak(ISA), timed in the case's rounds, its fastest round
+         (a hardware limit: noise only slows it) scaled to the row's FLOPs; xroof = that / the kernel's median. The scalar and plain rows use the scalar ISA's (baseline
+         vectors: sse2/neon). `roofline` rows: the FMA peak (independent accumulators) and copy bandwidth (bytes
+         read + written; method in brackets) at L1, L2 and beyond-LLC sizes.
+attention: B=1, H=8, Dk=Dv=64, Lq=Lk=L; plain; realformer = P in and S out; causal; padded = key_lengths
+         3L/4. Timed interleaved per round: each ISA's kernel, the same kernel without the row's options (for the
+         causal and realformer goals), both compositions and the ISA's FMA peak; Q, K, V, P, O, S in one
+         allocation, staggered by 1088 B mod 4 KiB. GFLOP/s count 4*D per visible (query, key) pair and head
+         (4*L*L*D*H when dense); causal and padded rows count the pairs left after masking (the goal lines also
+         give causal counted as if dense, the convention of PyTorch's figures). The scalar path runs one timed
+         call at L=512 only (xscalar = that time / the kernel's median; \"-\" elsewhere); L=2048 cases run at most
+         {long_rounds} rounds. max_rel = max |O - exact| / sum_j w_ij*|V_jd| (error relative to what the output
+         averages) on sampled rows (heads 0 and 7; rows 0-15, L/2-8.., L-16..; the f64 oracle on the whole
+         output is too slow at L=2048), checked with reference::check_attention (S too for realformer); ulps of
+         near-zero averages are not shown.
 
 ",
         cpu = crate::roofline::cpu_name(),
@@ -353,6 +415,7 @@ roofline: softmax-like rows whose working set (x + y) exceeds L2, and exp rows: 
         placement = buffers::describe(ctx.out_offset),
         rounds = ctx.timing.rounds,
         sample = ctx.timing.sample_ns / 1e6,
+        long_rounds = attention::LONG_ROUNDS.min(ctx.timing.rounds),
     )
 }
 

@@ -21,16 +21,26 @@ pub struct Row {
     pub flops: Option<f64>,
     /// Median time of one call.
     pub ns_per_iter: f64,
+    /// Where the FLOP count leaves out skipped work (causal attention): the FLOPs counted as if
+    /// dense, the convention of PyTorch's figures.
+    pub flops_dense: Option<f64>,
     /// Max error in ulps against the oracle.
     pub max_ulp: Option<u64>,
     /// Max relative error against the oracle.
     pub max_rel_err: Option<f64>,
+    /// Whether the checked outputs are within the kernel's documented error bound (where the
+    /// row checks one).
+    pub within_bound: Option<bool>,
     /// Speedup over the scalar path of the same kernel.
     pub vs_scalar: Option<f64>,
     /// Speedup over the plain Rust version.
     pub vs_plain: Option<f64>,
     /// Speedup over the same kernel on each other measured ISA (median of per-round ratios).
     pub vs_isa: Vec<(String, f64)>,
+    /// Speedup over other named baselines of the same run: `gemm` and `matrixmultiply` (the
+    /// unfused attention compositions), `attention plain` (the same ISA's kernel without the
+    /// row's options: causal, padding, P/S).
+    pub vs: Vec<(String, f64)>,
     /// What the row is held against, e.g. `copy(avx512, ordinary stores)` or `exp(avx512)`.
     pub roofline: Option<String>,
     /// The roofline's time ÷ the kernel's time (1.0 = at the roofline).
@@ -65,6 +75,16 @@ impl Row {
         self.per_ns(self.flops)
     }
 
+    /// GFLOP/s with the FLOPs counted as if dense ([`Row::flops_dense`]).
+    pub fn gflop_per_s_dense(&self) -> Option<f64> {
+        self.per_ns(self.flops_dense)
+    }
+
+    /// The speedup over the baseline named `name` in [`Row::vs`].
+    pub fn vs(&self, name: &str) -> Option<f64> {
+        self.vs.iter().find(|(n, _)| n == name).map(|&(_, q)| q)
+    }
+
     /// The row as one JSON object on one line.
     pub fn json(&self) -> String {
         let mut o = JsonObject::default();
@@ -78,11 +98,16 @@ impl Row {
         o.num("gb_per_s", self.gb_per_s());
         o.num("gelem_per_s", self.gelem_per_s());
         o.num("gflop_per_s", self.gflop_per_s());
+        o.num("gflop_per_s_dense", self.gflop_per_s_dense());
         o.num("max_ulp", self.max_ulp.map(|u| u as f64));
         o.num("max_rel_err", self.max_rel_err);
+        o.opt_bool("within_bound", self.within_bound);
         o.num("vs_scalar", self.vs_scalar);
         o.num("vs_plain", self.vs_plain);
+        o.num("vs_gemm", self.vs("gemm"));
+        o.num("vs_matrixmultiply", self.vs("matrixmultiply"));
         o.map("vs_isa", &self.vs_isa);
+        o.map("vs", &self.vs);
         o.opt_str("roofline", self.roofline.as_deref());
         o.num("roofline_ratio", self.roofline_ratio);
         o.num("roofline_ns_per_iter", self.roofline_ns_per_iter);
@@ -119,6 +144,15 @@ impl JsonObject {
                 self.out.push_str("null");
             }
         }
+    }
+
+    fn opt_bool(&mut self, key: &str, v: Option<bool>) {
+        self.key(key);
+        self.out.push_str(match v {
+            Some(true) => "true",
+            Some(false) => "false",
+            None => "null",
+        });
     }
 
     fn num(&mut self, key: &str, v: Option<f64>) {
@@ -170,7 +204,7 @@ fn push_json_string(out: &mut String, s: &str) {
 }
 
 /// The table's columns: title, width, right-aligned.
-const COLUMNS: [(&str, usize, bool); 14] = [
+const COLUMNS: [(&str, usize, bool); 16] = [
     ("kernel", 11, false),
     ("isa", 6, false),
     ("shape", 22, false),
@@ -182,6 +216,8 @@ const COLUMNS: [(&str, usize, bool); 14] = [
     ("max_rel", 7, true),
     ("xscalar", 7, true),
     ("xplain", 6, true),
+    ("xgemm", 5, true),
+    ("xmm", 5, true),
     ("roofline", 30, false),
     ("xroof", 5, true),
     ("iqr", 4, true),
@@ -216,13 +252,16 @@ pub fn table_line(r: &Row) -> String {
         Some(u) if u >= 10_000_000 => format!("{u:.1e}"),
         Some(u) => u.to_string(),
     };
-    let rel = r.max_rel_err.map_or("-".to_string(), |e| {
+    let mut rel = r.max_rel_err.map_or("-".to_string(), |e| {
         if e == 0.0 {
             "0".to_string()
         } else {
             format!("{e:.0e}")
         }
     });
+    if r.within_bound == Some(false) {
+        rel.push('!');
+    }
     let roofline = match (&r.roofline, &r.method) {
         (Some(name), _) => name.clone(),
         (None, Some(method)) => format!("[{method}]"),
@@ -240,6 +279,8 @@ pub fn table_line(r: &Row) -> String {
         rel,
         f(r.vs_scalar, 2),
         f(r.vs_plain, 1),
+        f(r.vs("gemm"), 2),
+        f(r.vs("matrixmultiply"), 2),
         roofline,
         f(r.roofline_ratio, 2),
         format!("{:.0}%", r.rel_iqr * 100.0),
@@ -298,6 +339,8 @@ mod tests {
             "vs_scalar",
             "vs_plain",
             "gelem_per_s",
+            "vs_gemm",
+            "within_bound",
         ] {
             assert!(j.contains(&format!("\"{key}\":")), "{key} missing in {j}");
         }
@@ -305,6 +348,7 @@ mod tests {
         assert!(j.contains("\"gb_per_s\":2,"), "{j}");
         assert!(j.contains("\"gflop_per_s\":null"), "{j}");
         assert!(j.contains("\"max_rel_err\":1.5e-7"), "{j}");
+        assert!(j.contains("\"within_bound\":null"), "{j}");
         assert!(j.ends_with('}'));
     }
 }

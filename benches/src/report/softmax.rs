@@ -10,13 +10,15 @@ use reference::MaskedRows;
 
 use super::case::{Case, Rule};
 use super::output::Row;
-use super::{Family, Plan};
+use super::{no_custom, Family, Plan};
 use crate::{data, plain};
 
 /// The kernels of this module, for the registry of the report.
 pub const FAMILY: Family = Family {
     kernels: &["softmax", "log_softmax", "exp"],
     cases,
+    custom: no_custom,
+    issue: 2,
     goals,
 };
 

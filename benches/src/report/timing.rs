@@ -67,6 +67,12 @@ impl Samples {
         median(self.ns[c].clone())
     }
 
+    /// Fastest time per iteration of contender `c` over the rounds, in nanoseconds: the
+    /// estimate of a hardware limit (the FMA peak), which interference can only slow down.
+    pub fn min(&self, c: usize) -> f64 {
+        self.ns[c].iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
     /// How much `a` is faster than `b`: the median over rounds of `time(b) / time(a)`.
     pub fn speedup(&self, a: usize, b: usize) -> f64 {
         median(self.ns[a].iter().zip(&self.ns[b]).map(|(a, b)| b / a).collect())
@@ -114,6 +120,8 @@ mod tests {
         };
         assert_eq!(s.speedup(0, 1), 2.0);
         assert_eq!(s.median(1), 2.0);
+        assert_eq!(s.min(1), 2.0);
+        assert_eq!(s.min(0), 1.0);
         assert_eq!(s.rounds(), 3);
     }
 
