@@ -40,7 +40,13 @@ fn rng(seed: u64) -> impl FnMut() -> f32 {
 impl Case {
     /// Random inputs of unit scale, weights scaled by 1/√fan-in as in a trained layer.
     fn new(shape: GauShape, seed: u64) -> Case {
-        let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s } = shape;
+        let GauShape {
+            batch,
+            seq_len: t,
+            dim: d,
+            expand: e,
+            qk_dim: s,
+        } = shape;
         let w = 2 * e + s;
         let mut r = rng(seed);
         let mut v = |n: usize, scale: f32| (0..n).map(|_| r() * scale).collect::<Vec<f32>>();
@@ -97,7 +103,13 @@ impl Case {
 
     fn reference(&self) -> (reference::GauShape, reference::GauParams<'_>) {
         let s = self.shape;
-        let shape = reference::GauShape { batch: s.batch, seq_len: s.seq_len, dim: s.dim, expand: s.expand, qk_dim: s.qk_dim };
+        let shape = reference::GauShape {
+            batch: s.batch,
+            seq_len: s.seq_len,
+            dim: s.dim,
+            expand: s.expand,
+            qk_dim: s.qk_dim,
+        };
         let params = reference::GauParams {
             w_in: &self.w_in,
             b_in: self.b_in.as_deref(),
@@ -130,33 +142,57 @@ impl Case {
 
     fn check(&self, k: &Kernels, out: &[f32]) -> Result<(), TestCaseError> {
         let (shape, params) = self.reference();
-        reference::check_gau(&shape, &self.x, &params, out).map_err(|m| TestCaseError::fail(format!("{}: {m}", k.isa())))
+        reference::check_gau(&shape, &self.x, &params, out)
+            .map_err(|m| TestCaseError::fail(format!("{}: {m}", k.isa())))
     }
 }
 
 fn case() -> impl Strategy<Value = Case> {
     let dims = (1usize..=2, 1usize..=40, 1usize..=24, 1usize..=40, 1usize..=12);
-    let flags = (0u8..3, 0u8..3, any::<bool>(), any::<bool>(), any::<bool>(), 0u8..3, any::<u64>());
-    (dims, flags).prop_map(|((batch, t, d, e, s), (scale, norm, padded, causal, bias, rope, seed))| {
-        let s = if rope > 0 { 2 * s } else { s };
-        let mut c = Case::new(GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s }, seed);
-        c.scale = [ScoreScale::InvSqrtQkDim, ScoreScale::InvSeqLen, ScoreScale::Value(0.3)][scale as usize];
-        c.normalizer = [Normalizer::SeqLen, Normalizer::ValidKeys, Normalizer::Value(2.5)][norm as usize];
-        let mut r = rng(seed ^ 5);
-        if padded {
-            c.key_lengths = Some((0..batch).map(|_| ((r() + 1.0) * 0.5 * (t + 1) as f32) as usize % (t + 1)).collect());
-        }
-        c.causal = causal;
-        if bias {
-            c.bias = Some((0..t * t).map(|_| r()).collect());
-        }
-        if seed % 5 == 0 {
-            c.b_in = None;
-            c.b_out = None;
-        }
-        c.rope = [None, Some(Rope::Interleaved), Some(Rope::HalfSplit)][rope as usize];
-        c
-    })
+    let flags = (
+        0u8..3,
+        0u8..3,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        0u8..3,
+        any::<u64>(),
+    );
+    (dims, flags).prop_map(
+        |((batch, t, d, e, s), (scale, norm, padded, causal, bias, rope, seed))| {
+            let s = if rope > 0 { 2 * s } else { s };
+            let mut c = Case::new(
+                GauShape {
+                    batch,
+                    seq_len: t,
+                    dim: d,
+                    expand: e,
+                    qk_dim: s,
+                },
+                seed,
+            );
+            c.scale = [ScoreScale::InvSqrtQkDim, ScoreScale::InvSeqLen, ScoreScale::Value(0.3)][scale as usize];
+            c.normalizer = [Normalizer::SeqLen, Normalizer::ValidKeys, Normalizer::Value(2.5)][norm as usize];
+            let mut r = rng(seed ^ 5);
+            if padded {
+                c.key_lengths = Some(
+                    (0..batch)
+                        .map(|_| ((r() + 1.0) * 0.5 * (t + 1) as f32) as usize % (t + 1))
+                        .collect(),
+                );
+            }
+            c.causal = causal;
+            if bias {
+                c.bias = Some((0..t * t).map(|_| r()).collect());
+            }
+            if seed % 5 == 0 {
+                c.b_in = None;
+                c.b_out = None;
+            }
+            c.rope = [None, Some(Rope::Interleaved), Some(Rope::HalfSplit)][rope as usize];
+            c
+        },
+    )
 }
 
 proptest! {
@@ -175,7 +211,13 @@ proptest! {
 /// Tile-sized shapes: several row blocks and key tiles, every option on.
 #[test]
 fn larger_shapes_match_oracle() {
-    let shape = GauShape { batch: 2, seq_len: 150, dim: 40, expand: 72, qk_dim: 24 };
+    let shape = GauShape {
+        batch: 2,
+        seq_len: 150,
+        dim: 40,
+        expand: 72,
+        qk_dim: 24,
+    };
     for (causal, rope) in [(false, None), (true, Some(Rope::HalfSplit))] {
         let mut c = Case::new(shape, 11);
         c.causal = causal;
@@ -193,7 +235,13 @@ fn larger_shapes_match_oracle() {
 /// (c = 1, l = T·s) agree within the sum of their bounds.
 #[test]
 fn scale_identity() {
-    let shape = GauShape { batch: 1, seq_len: 33, dim: 16, expand: 24, qk_dim: 16 };
+    let shape = GauShape {
+        batch: 1,
+        seq_len: 33,
+        dim: 16,
+        expand: 24,
+        qk_dim: 16,
+    };
     let a = Case::new(shape, 3);
     let mut b = a.clone();
     b.scale = ScoreScale::Value(1.0);
@@ -205,7 +253,13 @@ fn scale_identity() {
         a.check(&k, &ya).unwrap();
         b.check(&k, &yb).unwrap();
         for i in 0..ya.len() {
-            assert!(((ya[i] - yb[i]) as f64).abs() <= 2.0 * bound[i], "{}: {} vs {}", k.isa(), ya[i], yb[i]);
+            assert!(
+                ((ya[i] - yb[i]) as f64).abs() <= 2.0 * bound[i],
+                "{}: {} vs {}",
+                k.isa(),
+                ya[i],
+                yb[i]
+            );
         }
     }
 }
@@ -213,7 +267,13 @@ fn scale_identity() {
 /// A row with no allowed key gets A·V = 0, so O = b_o; T = 1 works.
 #[test]
 fn rows_without_keys_and_single_token() {
-    let shape = GauShape { batch: 2, seq_len: 5, dim: 6, expand: 8, qk_dim: 4 };
+    let shape = GauShape {
+        batch: 2,
+        seq_len: 5,
+        dim: 6,
+        expand: 8,
+        qk_dim: 4,
+    };
     let mut c = Case::new(shape, 8);
     c.key_lengths = Some(vec![0, 5]);
     for k in all_kernels() {
@@ -223,7 +283,16 @@ fn rows_without_keys_and_single_token() {
             assert_eq!(row, c.b_out.as_deref().unwrap(), "{}", k.isa());
         }
     }
-    let c = Case::new(GauShape { batch: 3, seq_len: 1, dim: 3, expand: 2, qk_dim: 2 }, 9);
+    let c = Case::new(
+        GauShape {
+            batch: 3,
+            seq_len: 1,
+            dim: 3,
+            expand: 2,
+            qk_dim: 2,
+        },
+        9,
+    );
     for k in all_kernels() {
         let out = c.run(&k, &mut GauWorkspace::new());
         c.check(&k, &out).unwrap();
@@ -233,34 +302,201 @@ fn rows_without_keys_and_single_token() {
 #[test]
 fn errors_name_the_argument() {
     let k = Kernels::best();
-    let shape = GauShape { batch: 1, seq_len: 4, dim: 3, expand: 5, qk_dim: 3 };
+    let shape = GauShape {
+        batch: 1,
+        seq_len: 4,
+        dim: 3,
+        expand: 5,
+        qk_dim: 3,
+    };
     let c = Case::new(shape, 1);
     let mut out = vec![0.0; 12];
     let mut ws = GauWorkspace::new();
     let w = c.weights();
     let err = |shape: &GauShape, x: &[f32], w: &GauWeights, o: &GauOptions, out: &mut [f32]| {
-        kernels::Kernels::best().gau(shape, x, w, o, out, &mut GauWorkspace::new()).unwrap_err()
+        kernels::Kernels::best()
+            .gau(shape, x, w, o, out, &mut GauWorkspace::new())
+            .unwrap_err()
     };
     let d = GauOptions::default();
-    assert_eq!(err(&shape, &c.x[1..], &w, &d, &mut out).to_string(), "`x`: expected length 12 (B·T·d), got 11");
+    assert_eq!(
+        err(&shape, &c.x[1..], &w, &d, &mut out).to_string(),
+        "`x`: expected length 12 (B·T·d), got 11"
+    );
     assert_eq!(err(&shape, &c.x, &w, &d, &mut out[1..]).arg(), Some("out"));
-    assert_eq!(err(&shape, &c.x, &GauWeights { w_in: &c.w_in[1..], ..w }, &d, &mut out).arg(), Some("weights.w_in"));
-    assert_eq!(err(&shape, &c.x, &GauWeights { w_out: &c.w_out[1..], ..w }, &d, &mut out).arg(), Some("weights.w_out"));
-    assert_eq!(err(&shape, &c.x, &GauWeights { b_in: Some(&[0.0; 2]), ..w }, &d, &mut out).arg(), Some("weights.b_in"));
-    assert_eq!(err(&shape, &c.x, &GauWeights { b_out: Some(&[0.0; 2]), ..w }, &d, &mut out).arg(), Some("weights.b_out"));
-    assert_eq!(err(&shape, &c.x, &GauWeights { gamma_k: &[1.0; 2], ..w }, &d, &mut out).arg(), Some("weights.gamma_k"));
-    assert_eq!(err(&GauShape { qk_dim: 0, ..shape }, &c.x, &w, &d, &mut out).arg(), Some("shape.qk_dim"));
-    let rope = GauOptions { rope: Some(Rope::Interleaved), ..d };
-    assert_eq!(err(&shape, &c.x, &w, &rope, &mut out).to_string(), "`shape.qk_dim`: expected an even width for RoPE, got 3");
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &GauWeights {
+                w_in: &c.w_in[1..],
+                ..w
+            },
+            &d,
+            &mut out
+        )
+        .arg(),
+        Some("weights.w_in")
+    );
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &GauWeights {
+                w_out: &c.w_out[1..],
+                ..w
+            },
+            &d,
+            &mut out
+        )
+        .arg(),
+        Some("weights.w_out")
+    );
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &GauWeights {
+                b_in: Some(&[0.0; 2]),
+                ..w
+            },
+            &d,
+            &mut out
+        )
+        .arg(),
+        Some("weights.b_in")
+    );
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &GauWeights {
+                b_out: Some(&[0.0; 2]),
+                ..w
+            },
+            &d,
+            &mut out
+        )
+        .arg(),
+        Some("weights.b_out")
+    );
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &GauWeights {
+                gamma_k: &[1.0; 2],
+                ..w
+            },
+            &d,
+            &mut out
+        )
+        .arg(),
+        Some("weights.gamma_k")
+    );
+    assert_eq!(
+        err(&GauShape { qk_dim: 0, ..shape }, &c.x, &w, &d, &mut out).arg(),
+        Some("shape.qk_dim")
+    );
+    let rope = GauOptions {
+        rope: Some(Rope::Interleaved),
+        ..d
+    };
+    assert_eq!(
+        err(&shape, &c.x, &w, &rope, &mut out).to_string(),
+        "`shape.qk_dim`: expected an even width for RoPE, got 3"
+    );
     let lens = [5];
-    assert_eq!(err(&shape, &c.x, &w, &GauOptions { key_lengths: Some(&lens), ..d }, &mut out).arg(), Some("key_lengths"));
-    assert_eq!(err(&shape, &c.x, &w, &GauOptions { bias: Some(&[0.0; 3]), ..d }, &mut out).arg(), Some("bias"));
-    let bad = GauOptions { normalizer: Normalizer::Value(0.0), ..d };
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &w,
+            &GauOptions {
+                key_lengths: Some(&lens),
+                ..d
+            },
+            &mut out
+        )
+        .arg(),
+        Some("key_lengths")
+    );
+    assert_eq!(
+        err(
+            &shape,
+            &c.x,
+            &w,
+            &GauOptions {
+                bias: Some(&[0.0; 3]),
+                ..d
+            },
+            &mut out
+        )
+        .arg(),
+        Some("bias")
+    );
+    let bad = GauOptions {
+        normalizer: Normalizer::Value(0.0),
+        ..d
+    };
     assert_eq!(err(&shape, &c.x, &w, &bad, &mut out).arg(), Some("normalizer"));
-    let bad = GauOptions { scale: ScoreScale::Value(f32::INFINITY), ..d };
+    let bad = GauOptions {
+        scale: ScoreScale::Value(f32::INFINITY),
+        ..d
+    };
     assert_eq!(err(&shape, &c.x, &w, &bad, &mut out).arg(), Some("scale"));
     k.gau(&shape, &c.x, &w, &d, &mut out, &mut ws).unwrap();
     let mut again = vec![0.0; 12];
     kernels::gau(&shape, &c.x, &w, &d, &mut again).unwrap();
     assert_eq!(out, again);
+}
+
+/// GAU-α's block, `y = rms_norm(x + GAU(x))` without gain, composed from our kernels: each
+/// stage within its own bound, and the block within the propagated bound of the exact
+/// `RMS(x + Ô)`: with `δ` the largest error of `h = x + O` and `r̂` the exact RMS of a row,
+/// `|y_j − ŷ_j| ≤ δ/(r̂ − δ)·(1 + |ŷ_j|) +` the RMSNorm bound.
+#[test]
+fn gau_alpha_block_with_rms_norm() {
+    let shape = GauShape {
+        batch: 2,
+        seq_len: 37,
+        dim: 24,
+        expand: 48,
+        qk_dim: 16,
+    };
+    let mut c = Case::new(shape, 21);
+    c.causal = true;
+    c.rope = Some(Rope::HalfSplit);
+    let (rs, rp) = c.reference();
+    let exact = reference::gau(&rs, &c.x, &rp);
+    let d = shape.dim;
+    let eps = 1e-6f32;
+    for k in all_kernels() {
+        let o = c.run(&k, &mut GauWorkspace::new());
+        c.check(&k, &o).unwrap();
+        let (mut y, mut h) = (vec![0.0; o.len()], vec![0.0; o.len()]);
+        let opts = kernels::RmsNormOptions { gain: None, eps };
+        k.add_rms_norm(&c.x, &o, &mut y, Some(&mut h), d, &kernels::Residual::default(), &opts)
+            .unwrap();
+        reference::check_rms_norm(&h, d, None, eps, &y).unwrap_or_else(|e| panic!("{}: {e:?}", k.isa()));
+        for row in 0..o.len() / d {
+            let at = row * d..(row + 1) * d;
+            let h_exact: Vec<f64> = at.clone().map(|i| c.x[i] as f64 + exact.out[i]).collect();
+            let delta = at
+                .clone()
+                .map(|i| exact.bound[i] + reference::U * (h[i] as f64).abs())
+                .fold(0.0, f64::max);
+            let r = (h_exact.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps as f64).sqrt();
+            for (j, i) in at.enumerate() {
+                let y_exact = h_exact[j] / r;
+                let bound = delta / (r - delta) * (1.0 + y_exact.abs()) + 4.0 * reference::U * (1.0 + y_exact.abs());
+                assert!(
+                    ((y[i] as f64) - y_exact).abs() <= bound,
+                    "{}: row {row}: {} vs {y_exact}",
+                    k.isa(),
+                    y[i]
+                );
+            }
+        }
+    }
 }
