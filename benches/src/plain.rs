@@ -37,3 +37,17 @@ pub fn exp(x: &[f32], y: &mut [f32]) {
         *y = x.exp();
     }
 }
+
+/// `y = σ(x) = 1/(1 + e⁻ˣ)` element by element.
+pub fn sigmoid(x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = 1.0 / (1.0 + (-x).exp());
+    }
+}
+
+/// `y = swish(x) = x·σ(x)` element by element.
+pub fn swish(x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = x / (1.0 + (-x).exp());
+    }
+}

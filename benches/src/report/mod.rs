@@ -15,6 +15,7 @@
 //! same parts (see [`attention`]).
 
 mod accuracy;
+pub mod activation;
 pub mod attention;
 mod case;
 mod machine;
@@ -61,7 +62,7 @@ pub fn no_goals(_: &[Row]) -> Vec<String> {
 }
 
 /// Every family of the report, in printing order. Add a line here to add a kernel's rows.
-pub const FAMILIES: &[Family] = &[softmax::FAMILY, attention::FAMILY];
+pub const FAMILIES: &[Family] = &[softmax::FAMILY, activation::FAMILY, attention::FAMILY];
 
 /// What the run covers.
 #[derive(Debug, Clone, Copy)]
@@ -389,7 +390,7 @@ columns: GB/s counts the bytes an ideal kernel moves (x read once + y written on
          roofline = what the row is held against; xroof = roofline time / kernel time (1.0 = at the roofline);
          iqr = interquartile range of the kernel's times / median (noise); \"!\" after max_rel: outside the
          kernel's documented error bound.
-roofline: softmax-like rows whose working set (x + y) exceeds L2, and exp rows: a copy
+roofline: softmax-like rows (softmax, sigmoid, swish) whose working set (x + y) exceeds L2, and exp rows: a copy
          of the same bytes with that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not
          memcpy, which may switch to non-temporal stores); other rows: exp(ISA), the bare vectorized Kernels::exp
          of that ISA from x to y. Attention rows: fma peak(ISA), timed in the case's rounds, its fastest round

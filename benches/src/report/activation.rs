@@ -1,0 +1,67 @@
+//! Rows of the element-wise activations `sigmoid` and `swish` (issue 5: the GAU's gate).
+//!
+//! Shapes as exp's: 16 Ki elements (128 KiB working set: in L2, beyond L1), held against the
+//! bare vectorized exp of the same ISA (an activation is one exp plus a division, so the ratio
+//! says what the rest costs); and 4 Mi elements (16 MiB in + 16 MiB out, beyond L2), held
+//! against the copy of the same bytes. Inputs are uniform in [−10, 10) (pre-activations; σ
+//! spans [4.5e−5, 1 − 4.5e−5] there). The plain versions are `1/(1 + (−x).exp())` and
+//! `x/(1 + (−x).exp())` with libm's `f32::exp`; max_ulp is measured against
+//! `reference::sigmoid` / `reference::swish` (f64).
+
+use kernels::Kernels;
+
+use super::case::Case;
+use super::{no_custom, no_goals, Family, Plan};
+use crate::{data, plain};
+
+/// The kernels of this module, for the registry of the report.
+pub const FAMILY: Family = Family {
+    kernels: &["sigmoid", "swish"],
+    cases,
+    custom: no_custom,
+    issue: 5,
+    goals: no_goals,
+};
+
+/// Lengths: in cache, beyond L2.
+const LENS: [usize; 2] = [16 * 1024, 4 * 1024 * 1024];
+
+fn cases(plan: &Plan) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &len in &LENS {
+        // --quick: the large shape (where the scalar path costs ~0.2 s a call) for swish only.
+        if !plan.quick || len == LENS[0] {
+            cases.push(sigmoid(len));
+        }
+        cases.push(swish(len));
+    }
+    cases
+}
+
+fn input(len: usize) -> Vec<f32> {
+    data::uniform(len, -10.0, 10.0, 0x5eed_0003)
+}
+
+fn sigmoid(len: usize) -> Case {
+    Case::elementwise(
+        "sigmoid",
+        len.to_string(),
+        len,
+        move || input(len),
+        |k: Kernels, x, y| k.sigmoid(x, y),
+        plain::sigmoid,
+        reference::sigmoid,
+    )
+}
+
+fn swish(len: usize) -> Case {
+    Case::elementwise(
+        "swish",
+        len.to_string(),
+        len,
+        move || input(len),
+        |k: Kernels, x, y| k.swish(x, y),
+        plain::swish,
+        reference::swish,
+    )
+}
