@@ -393,9 +393,6 @@ pub fn check_layer_norm(
             let bound = element_bound(exact.y[at], g, b, rs, e_mu, eps_r);
             within("y", at, y[at], exact.y[at], bound)?;
             if bound > 0.0 && (exact.y[at] as f32).is_finite() {
-                if std::env::var("NORM_DEBUG").is_ok() && (y[at] as f64 - exact.y[at]).abs() / bound > 0.5 {
-                    eprintln!("DEBUG d {d} row {i} j {j} eps {eps} y {} exact {} bound {bound} mu {mu} var {var} rstd {rs} e_mu {e_mu} eps_r {eps_r} row {:?}", y[at], exact.y[at], &row[..row.len().min(20)]);
-                }
                 worst = worst.max((y[at] as f64 - exact.y[at]).abs() / bound);
             }
         }
