@@ -19,6 +19,7 @@ pub mod activation;
 pub mod attention;
 mod case;
 mod machine;
+pub mod norm;
 mod output;
 pub mod softmax;
 mod timing;
@@ -62,7 +63,7 @@ pub fn no_goals(_: &[Row]) -> Vec<String> {
 }
 
 /// Every family of the report, in printing order. Add a line here to add a kernel's rows.
-pub const FAMILIES: &[Family] = &[softmax::FAMILY, activation::FAMILY, attention::FAMILY];
+pub const FAMILIES: &[Family] = &[softmax::FAMILY, activation::FAMILY, attention::FAMILY, norm::FAMILY];
 
 /// What the run covers.
 #[derive(Debug, Clone, Copy)]
