@@ -5,7 +5,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use kernels::{available_isas, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
+use kernels::{available_isas, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Debug, Arbitrary)]
@@ -69,6 +69,11 @@ fuzz_target!(|input: Input| {
         causal: input.causal,
         bias: bias.as_deref(),
         rope,
+        attention: if input.options[3] >= 128 {
+            GauAttention::SoftmaxPlus { min_len: (input.options[0] % 16) as usize + 1 }
+        } else {
+            GauAttention::Relu2
+        },
     };
     let out_len = batch * seq_len * dim;
     let mut ws = GauWorkspace::new();
@@ -99,6 +104,10 @@ fuzz_target!(|input: Input| {
             Rope::Interleaved => reference::Rope::Interleaved,
             Rope::HalfSplit => reference::Rope::HalfSplit,
         }),
+        softmax_plus: match opts.attention {
+            GauAttention::Relu2 => None,
+            GauAttention::SoftmaxPlus { min_len } => Some(min_len),
+        },
     };
     for isa in available_isas() {
         let k = Kernels::for_isa(isa).unwrap();

@@ -41,6 +41,7 @@ pub mod softmax;
 pub use attention::{AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, MaskShape};
 pub use dispatch::Kernels;
 pub use error::Error;
+pub use gau::{GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, Rope, ScoreScale};
 pub use isa::{available_isas, best_isa, Isa};
 pub use norm::{
     add_layer_norm, add_layer_norm_inplace, add_layer_norm_with_stats, add_rms_norm, add_rms_norm_inplace, batch_norm,
@@ -48,7 +49,6 @@ pub use norm::{
     layer_norm_with_stats, rms_norm, rms_norm_inplace, BatchNormOptions, LayerNormOptions, Residual, RmsNormOptions,
     RowStats,
 };
-pub use gau::{GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, Rope, ScoreScale};
 pub use softmax::{MaskedRows, SoftmaxOptions};
 
 /// Runs `f` with the kernels of [`Kernels::detected`].

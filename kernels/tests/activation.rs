@@ -11,11 +11,21 @@ fn run(x: &[f32], swish: bool, offset: usize, inplace: bool) -> Result<(), TestC
         let mut buf = misaligned(x, offset);
         let got = if inplace {
             let xs = &mut buf[offset..];
-            if swish { k.swish_inplace(xs) } else { k.sigmoid_inplace(xs) }.unwrap();
+            if swish {
+                k.swish_inplace(xs)
+            } else {
+                k.sigmoid_inplace(xs)
+            }
+            .unwrap();
             xs.to_vec()
         } else {
             let mut out = vec![0.0; x.len()];
-            if swish { k.swish(&buf[offset..], &mut out) } else { k.sigmoid(&buf[offset..], &mut out) }.unwrap();
+            if swish {
+                k.swish(&buf[offset..], &mut out)
+            } else {
+                k.sigmoid(&buf[offset..], &mut out)
+            }
+            .unwrap();
             out
         };
         reference::check_activation(x, swish, &got)
@@ -51,9 +61,17 @@ fn special_values() {
     for k in all_kernels() {
         let mut y = [0.0; 4];
         k.sigmoid(&[f32::NAN, inf, -inf, 0.0], &mut y).unwrap();
-        assert!(y[0].is_nan() && y[1] == 1.0 && y[2] == 0.0 && y[3] == 0.5, "{}: {y:?}", k.isa());
+        assert!(
+            y[0].is_nan() && y[1] == 1.0 && y[2] == 0.0 && y[3] == 0.5,
+            "{}: {y:?}",
+            k.isa()
+        );
         k.swish(&[f32::NAN, inf, -inf, 0.0], &mut y).unwrap();
-        assert!(y[0].is_nan() && y[1] == inf && y[2] == 0.0 && y[2].is_sign_negative() && y[3] == 0.0, "{}: {y:?}", k.isa());
+        assert!(
+            y[0].is_nan() && y[1] == inf && y[2] == 0.0 && y[2].is_sign_negative() && y[3] == 0.0,
+            "{}: {y:?}",
+            k.isa()
+        );
     }
     assert_eq!(kernels::swish(&[1.0; 3], &mut [0.0; 2]).unwrap_err().arg(), Some("out"));
 }

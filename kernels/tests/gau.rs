@@ -3,7 +3,7 @@
 mod common;
 
 use common::all_kernels;
-use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
+use kernels::{GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
 use proptest::prelude::*;
 
 /// One call with owned inputs.
@@ -25,6 +25,7 @@ struct Case {
     causal: bool,
     bias: Option<Vec<f32>>,
     rope: Option<Rope>,
+    attention: GauAttention,
 }
 
 fn rng(seed: u64) -> impl FnMut() -> f32 {
@@ -67,6 +68,7 @@ impl Case {
             causal: false,
             bias: None,
             rope: None,
+            attention: GauAttention::Relu2,
         }
     }
 
@@ -91,6 +93,7 @@ impl Case {
             causal: self.causal,
             bias: self.bias.as_deref(),
             rope: self.rope,
+            attention: self.attention,
         }
     }
 
@@ -136,6 +139,10 @@ impl Case {
                 Rope::Interleaved => reference::Rope::Interleaved,
                 Rope::HalfSplit => reference::Rope::HalfSplit,
             }),
+            softmax_plus: match self.attention {
+                GauAttention::Relu2 => None,
+                GauAttention::SoftmaxPlus { min_len } => Some(min_len),
+            },
         };
         (shape, params)
     }
@@ -196,7 +203,7 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(200), ..ProptestConfig::default() })]
 
     #[test]
     fn gau_matches_oracle_on_every_isa(c in case()) {
@@ -218,10 +225,15 @@ fn larger_shapes_match_oracle() {
         expand: 72,
         qk_dim: 24,
     };
-    for (causal, rope) in [(false, None), (true, Some(Rope::HalfSplit))] {
+    for (causal, rope, attention) in [
+        (false, None, GauAttention::Relu2),
+        (true, Some(Rope::HalfSplit), GauAttention::Relu2),
+        (true, Some(Rope::Interleaved), GauAttention::SoftmaxPlus { min_len: 16 }),
+    ] {
         let mut c = Case::new(shape, 11);
         c.causal = causal;
         c.rope = rope;
+        c.attention = attention;
         c.key_lengths = Some(vec![150, 101]);
         c.bias = Some((0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect());
         for k in all_kernels() {

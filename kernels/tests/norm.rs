@@ -341,7 +341,7 @@ fn bn_opts(c: &BnCase) -> BatchNormOptions<'_> {
 /// proptest does), then prints the worst ratio of error to bound it recorded per ISA.
 fn run_prop<S: Strategy>(name: &str, cases: u32, strategy: S, f: impl Fn(S::Value) -> Result<(), TestCaseError>) {
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases,
+        cases: common::cases(cases),
         ..ProptestConfig::default()
     });
     if let Err(e) = runner.run(&strategy, f) {

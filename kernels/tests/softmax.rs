@@ -86,7 +86,7 @@ fn check(k: &Kernels, c: &Case, log: bool, got: &[f32]) -> Result<(), TestCaseEr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(400), ..ProptestConfig::default() })]
 
     #[test]
     fn softmax_matches_oracle_on_every_isa(c in case()) {

@@ -144,7 +144,12 @@ pub fn check_activation(x: &[f32], swish: bool, got: &[f32]) -> Result<(), Misma
     for (index, (&y, &e)) in got.iter().zip(&exact).enumerate() {
         let tiny = e.abs() < f32::MIN_POSITIVE as f64 && (y as f64 - e).abs() <= f32::MIN_POSITIVE as f64;
         if !tiny && crate::ulp_error(y, e) > 3 {
-            return Err(Mismatch { index, got: y, exact: e, bound: f64::NAN });
+            return Err(Mismatch {
+                index,
+                got: y,
+                exact: e,
+                bound: f64::NAN,
+            });
         }
     }
     Ok(())
@@ -158,8 +163,8 @@ const OVERFLOW_GUARD: f64 = 1e37;
 /// and `E_i = max_j (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|` over the unmasked keys of row `i`:
 ///
 /// ```text
-/// |S_ij − Ŝ_ij| ≤ (Dk + 2)·u·A_ij            (scores output, CarriedScores::Raw)
-/// |Z_ij − Ẑ_ij| ≤ (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|   (CarriedScores::Masked; −∞ exactly where masked)
+/// |S_ij − Ŝ_ij| ≤ (Dk + 2)·(u·A_ij + 2⁻¹⁵⁰)               (scores output, CarriedScores::Raw)
+/// |Z_ij − Ẑ_ij| ≤ (Dk + 4)·(u·σ·A_ij + 2⁻¹⁵⁰) + 2u·|Ẑ_ij|  (CarriedScores::Masked; −∞ where masked)
 /// |O_id − Ô_id| ≤ Σ_j ŵ_ij·|V_jd|·((1 + expm1(2E_i))·(1 + (|Ẑ_ij − m̂_i| + 3Lk + 16)·u) − 1)
 ///                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
 /// ```
@@ -219,10 +224,11 @@ pub fn check_attention(
                             exact_match(row + j, got, exact)?;
                             continue;
                         }
+                        // Each rounding whose result is subnormal errs by up to 2⁻¹⁵⁰ absolute.
                         let bound = if opts.carry_masked {
-                            (dk + 4.0) * U * sigma * a + 2.0 * U * exact.abs()
+                            (dk + 4.0) * U * sigma * a + 2.0 * U * exact.abs() + (dk + 4.0) * SUBNORMAL_HALF_ULP
                         } else {
-                            (dk + 2.0) * U * a
+                            (dk + 2.0) * U * a + (dk + 2.0) * SUBNORMAL_HALF_ULP
                         };
                         if !((got as f64 - exact).abs() <= bound) {
                             return Err(Mismatch {
@@ -302,12 +308,22 @@ pub fn check_gau(shape: &GauShape, x: &[f32], params: &GauParams, out: &[f32]) -
     for (index, ((&got, &exact), &bound)) in out.iter().zip(&res.out).zip(&res.bound).enumerate() {
         if !exact.is_finite() || !bound.is_finite() {
             if exact.is_nan() && !got.is_nan() {
-                return Err(Mismatch { index, got, exact, bound: f64::NAN });
+                return Err(Mismatch {
+                    index,
+                    got,
+                    exact,
+                    bound: f64::NAN,
+                });
             }
             continue;
         }
         if !((got as f64 - exact).abs() <= bound) {
-            return Err(Mismatch { index, got, exact, bound });
+            return Err(Mismatch {
+                index,
+                got,
+                exact,
+                bound,
+            });
         }
     }
     Ok(())

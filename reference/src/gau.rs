@@ -79,6 +79,8 @@ pub struct GauParams<'a> {
     pub bias: Option<&'a [f32]>,
     /// Rotary embedding of Q and K.
     pub rope: Option<Rope>,
+    /// GAU-α's softmax-plus with this `min_len` instead of `relu²/l`.
+    pub softmax_plus: Option<usize>,
 }
 
 /// The output and its error bound, both `[B, T, d]`.
@@ -125,6 +127,7 @@ fn dot(n: usize, a: impl Fn(usize) -> (f64, f64), b: impl Fn(usize) -> (f64, f64
 /// Q = Z⊙γ_q + β_q,  K = Z⊙γ_k + β_k          (then RoPE, if asked)
 /// S_ij = c·Q_i·K_j + B_ij
 /// A_ij = allowed_ij ? relu(S_ij)²/l_i : 0    allowed: j < key_lengths[b] ∧ (¬causal ∨ j ≤ i)
+///   (softmax-plus: A_ij = softmax over allowed j of S_ij·ln(max(n_i, min_len))/ln 512)
 /// O = (U ⊙ A·V)·W_o + b_o
 /// ```
 ///
@@ -137,7 +140,13 @@ fn dot(n: usize, a: impl Fn(usize) -> (f64, f64), b: impl Fn(usize) -> (f64, f64
 /// # Panics
 /// If a slice does not have the length its shape gives.
 pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
-    let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s } = *shape;
+    let GauShape {
+        batch,
+        seq_len: t,
+        dim: d,
+        expand: e,
+        qk_dim: s,
+    } = *shape;
     let w = 2 * e + s;
     assert_eq!(x.len(), batch * t * d, "x");
     assert_eq!(p.w_in.len(), d * w, "w_in");
@@ -148,7 +157,10 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
         ScoreScale::Value(v) => v as f64,
     };
     // The kernel rounds `c` (and `1/l`) to f32: one more relative u on each.
-    let mut res = GauResult { out: vec![0.0; batch * t * d], bound: vec![0.0; batch * t * d] };
+    let mut res = GauResult {
+        out: vec![0.0; batch * t * d],
+        bound: vec![0.0; batch * t * d],
+    };
     for b in 0..batch {
         let xb = &x[b * t * d..][..t * d];
         // Projection and swish: (value, error) per [t][w].
@@ -156,7 +168,12 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
         for i in 0..t {
             for j in 0..w {
                 let bias = p.b_in.map_or(0.0, |bb| bb[j] as f64);
-                let (v, err) = dot(d, |k| (xb[i * d + k] as f64, 0.0), |k| (p.w_in[k * w + j] as f64, 0.0), bias);
+                let (v, err) = dot(
+                    d,
+                    |k| (xb[i * d + k] as f64, 0.0),
+                    |k| (p.w_in[k * w + j] as f64, 0.0),
+                    bias,
+                );
                 let y = swish(v);
                 // The kernel's swish is within 3 ulp (6u relative), or 2⁻¹²⁶ absolute.
                 h[i * w + j] = (y, SWISH_SLOPE * err + 6.0 * U * y.abs() + TINY);
@@ -203,17 +220,58 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
                 Normalizer::Value(v) => v as f64,
             };
             let mut a = vec![(0.0, 0.0); t];
-            for (j, aj) in a.iter_mut().enumerate() {
+            // The scores of the allowed keys, with their error bounds.
+            let mut sc = vec![(f64::NEG_INFINITY, 0.0); t];
+            for (j, sj) in sc.iter_mut().enumerate() {
                 if !allowed(j) {
                     continue;
                 }
                 let bias = p.bias.map_or(0.0, |bb| bb[i * t + j] as f64);
                 let (dotv, derr) = dot(s, |kk| q[i * s + kk], |kk| k[j * s + kk], 0.0);
                 let sv = c * dotv + bias;
-                let serr = c.abs() * derr + 2.0 * U * (c * dotv).abs() + U * sv.abs() + 2.0 * SUB;
-                let r = sv.max(0.0);
-                let av = r * r / l;
-                *aj = (av, (2.0 * r + serr) * serr / l.abs() + 3.0 * U * av + 2.0 * SUB);
+                *sj = (
+                    sv,
+                    c.abs() * derr + 2.0 * U * (c * dotv).abs() + U * sv.abs() + 2.0 * SUB,
+                );
+            }
+            match p.softmax_plus {
+                None => {
+                    for (aj, &(sv, serr)) in a.iter_mut().zip(&sc) {
+                        if sv == f64::NEG_INFINITY {
+                            continue;
+                        }
+                        let r = sv.max(0.0);
+                        let av = r * r / l;
+                        *aj = (av, (2.0 * r + serr) * serr / l.abs() + 3.0 * U * av + 2.0 * SUB);
+                    }
+                }
+                Some(min_len) => {
+                    // z = S·f with f = ln(max(n, min_len))/ln 512 rounded once; a perturbation ε of
+                    // the z moves each weight by at most a factor exp(±2·max ε); the softmax
+                    // itself adds the attention kernel's rounding (exp 1 ulp, T-term sums).
+                    let f = count.max(min_len) as f64;
+                    let f = (f.ln() / 512f64.ln()) as f32 as f64;
+                    let z: Vec<f64> = sc.iter().map(|&(sv, _)| sv * f).collect();
+                    let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    if m > f64::NEG_INFINITY {
+                        let e = sc
+                            .iter()
+                            .zip(&z)
+                            .filter(|(_, zj)| zj.is_finite())
+                            .map(|(&(_, serr), zj)| f * serr + 2.0 * U * zj.abs())
+                            .fold(0.0, f64::max);
+                        let d: f64 = z.iter().map(|&zj| (zj - m).exp()).sum();
+                        for (aj, &zj) in a.iter_mut().zip(&z) {
+                            if zj == f64::NEG_INFINITY {
+                                continue;
+                            }
+                            let w = (zj - m).exp() / d;
+                            let rel =
+                                (1.0 + (2.0 * e).exp_m1()) * (1.0 + ((zj - m).abs() + 3.0 * t as f64 + 16.0) * U) - 1.0;
+                            *aj = (w, w * rel + 2.0 * SUB);
+                        }
+                    }
+                }
             }
             for col in 0..e {
                 let (av, aerr) = dot(t, |j| a[j], |j| h[j * w + e + col], 0.0);

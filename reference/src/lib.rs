@@ -20,8 +20,8 @@ mod softmax;
 mod ulp;
 
 pub use attention::{attention, AttentionOptions, AttentionResult, AttentionShape, MaskShape};
+pub use check::{check_activation, check_attention, check_exp, check_gau, check_softmax, Mismatch, U};
 pub use gau::{gau, GauParams, GauResult, GauShape, Normalizer, Rope, ScoreScale};
-pub use check::{check_activation, check_attention, check_gau, check_exp, check_softmax, Mismatch, U};
 pub use norm::{
     add_layer_norm, add_rms_norm, batch_norm, batch_norm_train, check_batch_norm, check_batch_norm_train,
     check_layer_norm, check_rms_norm, layer_norm, layer_norm_row_bounds, residual, rms_norm, BatchNormTrainOutputs,
@@ -43,6 +43,12 @@ pub fn sigmoid(x: &[f32]) -> Vec<f64> {
 /// `swish(x) = x·σ(x)` of each element, in f64, with the limit `swish(−∞) = −0`.
 pub fn swish(x: &[f32]) -> Vec<f64> {
     x.iter()
-        .map(|&v| if v == f32::NEG_INFINITY { -0.0 } else { v as f64 / (1.0 + (-(v as f64)).exp()) })
+        .map(|&v| {
+            if v == f32::NEG_INFINITY {
+                -0.0
+            } else {
+                v as f64 / (1.0 + (-(v as f64)).exp())
+            }
+        })
         .collect()
 }

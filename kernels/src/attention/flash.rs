@@ -16,7 +16,6 @@ use crate::math::exp::exp_nonpositive;
 use crate::simd::Simd;
 use crate::MaskedRows;
 
-
 /// Floats of workspace any ISA needs for `shape`: K tiles and V rows of one kv head, padded
 /// to `MAX_NR` keys and value columns, plus one block's output rows and probability tile.
 pub(super) fn workspace_len(shape: &AttentionShape) -> Option<usize> {
@@ -301,9 +300,13 @@ impl Block {
             let inv = s.splat(1.0 / sum);
             // SAFETY: as above.
             unsafe {
-                crate::math::map_row(s, self.o_acc.add(r * self.dv_pad), out.as_mut_ptr(), dv, |s: S, o: S::V| {
-                    s.mul(o, inv)
-                })
+                crate::math::map_row(
+                    s,
+                    self.o_acc.add(r * self.dv_pad),
+                    out.as_mut_ptr(),
+                    dv,
+                    |s: S, o: S::V| s.mul(o, inv),
+                )
             };
         }
     }

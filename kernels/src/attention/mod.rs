@@ -36,8 +36,8 @@
 //! `E_i = max over unmasked j of (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|` (the error of the scores):
 //!
 //! ```text
-//! |S_ij − Ŝ_ij| ≤ (Dk + 2)·u·A_ij                      (scores output, CarriedScores::Raw)
-//! |Z_ij − Ẑ_ij| ≤ (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|          (CarriedScores::Masked)
+//! |S_ij − Ŝ_ij| ≤ (Dk + 2)·(u·A_ij + 2⁻¹⁵⁰)                 (scores output, CarriedScores::Raw)
+//! |Z_ij − Ẑ_ij| ≤ (Dk + 4)·(u·σ·A_ij + 2⁻¹⁵⁰) + 2u·|Ẑ_ij|    (CarriedScores::Masked)
 //! |O_id − Ô_id| ≤ Σ_j ŵ_ij·|V_jd| · ((1 + expm1(2E_i))·(1 + (|Ẑ_ij − m̂_i| + 3Lk + 16)·u) − 1)
 //!                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
 //! ```

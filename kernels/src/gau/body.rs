@@ -5,10 +5,10 @@ use std::array;
 
 use super::{GauCall, GauShape, Normalizer, Rope};
 use crate::gemm::{
-    gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR, MAX_NR,
-    ROW_BLOCKS,
+    gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR, MAX_NR, ROW_BLOCKS,
 };
 use crate::math::activation::swish;
+use crate::math::exp::exp_nonpositive;
 use crate::simd::Simd;
 
 /// Regions of the workspace, in floats, sized with the largest tile of any ISA.
@@ -25,7 +25,13 @@ struct Layout {
 
 impl Layout {
     fn new(shape: &GauShape) -> Option<Layout> {
-        let GauShape { seq_len: t, dim: d, expand: e, qk_dim: s, .. } = *shape;
+        let GauShape {
+            seq_len: t,
+            dim: d,
+            expand: e,
+            qk_dim: s,
+            ..
+        } = *shape;
         let w = e.checked_mul(2)?.checked_add(s)?;
         let rows = ROW_BLOCKS * MAX_MR;
         Some(Layout {
@@ -36,15 +42,26 @@ impl Layout {
             q: t.checked_mul(s)?,
             k: t.checked_mul(s)?,
             k_packed: t.div_ceil(MAX_NR).checked_mul(MAX_NR)?.checked_mul(s)?,
-            o_acc: rows.checked_mul(e.div_ceil(MAX_NR).checked_add(1)?)?.checked_mul(MAX_NR)?,
+            o_acc: rows
+                .checked_mul(e.div_ceil(MAX_NR).checked_add(1)?)?
+                .checked_mul(MAX_NR)?,
             p: rows * MAX_NR,
         })
     }
 
     fn total(&self) -> Option<usize> {
-        [self.w_in, self.w_out, self.h, self.q, self.k, self.k_packed, self.o_acc, self.p]
-            .into_iter()
-            .try_fold(0usize, |acc, n| acc.checked_add(n))
+        [
+            self.w_in,
+            self.w_out,
+            self.h,
+            self.q,
+            self.k,
+            self.k_packed,
+            self.o_acc,
+            self.p,
+        ]
+        .into_iter()
+        .try_fold(0usize, |acc, n| acc.checked_add(n))
     }
 }
 
@@ -80,7 +97,11 @@ impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Projecti
             let count = (at.cols - col).min(S::LANES);
             // SAFETY: columns `at.col0 + col + count ≤ 2e+s`, rows `< T`: inside `h` and `b_in`.
             unsafe {
-                let bias = if self.bias.is_null() { s.splat(0.0) } else { load_n(s, self.bias.add(at.col0 + col), count) };
+                let bias = if self.bias.is_null() {
+                    s.splat(0.0)
+                } else {
+                    load_n(s, self.bias.add(at.col0 + col), count)
+                };
                 for (r, row) in acc.iter().enumerate().take(at.rows) {
                     let y = swish(s, s.add(row[v], bias));
                     store_n(s, self.h.add((at.row0 + r) * self.ldh + at.col0 + col), count, y);
@@ -104,9 +125,18 @@ impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output {
             let count = (at.cols - col).min(S::LANES);
             // SAFETY: columns `< d`, rows `< T`: inside `out` and `b_o`.
             unsafe {
-                let bias = if self.bias.is_null() { s.splat(0.0) } else { load_n(s, self.bias.add(at.col0 + col), count) };
+                let bias = if self.bias.is_null() {
+                    s.splat(0.0)
+                } else {
+                    load_n(s, self.bias.add(at.col0 + col), count)
+                };
                 for (r, row) in acc.iter().enumerate().take(at.rows) {
-                    store_n(s, self.out.add((at.row0 + r) * self.ldo + at.col0 + col), count, s.add(row[v], bias));
+                    store_n(
+                        s,
+                        self.out.add((at.row0 + r) * self.ldo + at.col0 + col),
+                        count,
+                        s.add(row[v], bias),
+                    );
                 }
             }
         }
@@ -120,7 +150,13 @@ impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output {
 /// workspace holds `workspace_len` floats, the RoPE table `T·s` floats when RoPE is on.
 #[inline(always)]
 pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &GauCall) {
-    let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: sd } = c.shape;
+    let GauShape {
+        batch,
+        seq_len: t,
+        dim: d,
+        expand: e,
+        qk_dim: sd,
+    } = c.shape;
     let w = 2 * e + sd;
     let lanes = S::LANES;
     let nr = NV * lanes;
@@ -148,11 +184,19 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
     }
     for b in 0..batch {
         // SAFETY: `key_lengths` has `B` entries when present.
-        let valid = if c.key_lengths.is_null() { t } else { unsafe { *c.key_lengths.add(b) } };
+        let valid = if c.key_lengths.is_null() {
+            t
+        } else {
+            unsafe { *c.key_lengths.add(b) }
+        };
         // 1. [U | V | Z] = swish(X·W_in + b_in).
         // SAFETY: X of batch `b` holds `T·d` floats; `h` holds `T·(2e+s)`.
         unsafe {
-            let mut epi = Projection { h, ldh: w, bias: c.b_in };
+            let mut epi = Projection {
+                h,
+                ldh: w,
+                bias: c.b_in,
+            };
             gemm::<S, MR, NV>(s, c.x.add(b * t * d), d, t, d, w_in_p, w, &mut epi);
         }
         // 2. Q, K from Z; RoPE; K packed as the `B` of Q·Kᵀ.
@@ -163,8 +207,16 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
                 // SAFETY: row `i`, columns `col..col + count ≤ s` of Z, Q, K and the γ/β.
                 unsafe {
                     let z = load_n(s, h.add(i * w + 2 * e + col), count);
-                    let qv = s.mul_add(z, load_n(s, c.gamma_q.add(col), count), load_n(s, c.beta_q.add(col), count));
-                    let kv = s.mul_add(z, load_n(s, c.gamma_k.add(col), count), load_n(s, c.beta_k.add(col), count));
+                    let qv = s.mul_add(
+                        z,
+                        load_n(s, c.gamma_q.add(col), count),
+                        load_n(s, c.beta_q.add(col), count),
+                    );
+                    let kv = s.mul_add(
+                        z,
+                        load_n(s, c.gamma_k.add(col), count),
+                        load_n(s, c.beta_k.add(col), count),
+                    );
                     store_n(s, q.add(i * sd + col), count, qv);
                     store_n(s, kt.add(i * sd + col), count, kv);
                 }
@@ -188,15 +240,29 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
             // SAFETY: the block's accumulators hold `block·e_pad ≤ layout.o_acc` floats.
             unsafe { std::slice::from_raw_parts_mut(o_acc, micro * MR * e_pad).fill(0.0) };
             let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
+            let mut states = [RowSoftmax::<S, MR>::new(s); ROW_BLOCKS];
+            let mut alphas = [[s.splat(1.0); MR]; ROW_BLOCKS];
             for tt in 0..key_end.div_ceil(nr) {
                 let j0 = tt * nr;
                 for m in 0..micro {
                     let r0 = i0 + m * MR;
                     // SAFETY: rows `< T`, tile `tt` of the packed keys, the block's `p` tile.
-                    unsafe { scores::<S, MR, NV>(s, c, q, kp.add(tt * sd * nr), p_tile.add(m * MR * nr), r0, i0 + rows, j0, valid) };
+                    alphas[m] = unsafe {
+                        scores::<S, MR, NV>(
+                            s,
+                            c,
+                            q,
+                            kp.add(tt * sd * nr),
+                            p_tile.add(m * MR * nr),
+                            r0,
+                            i0 + rows,
+                            j0,
+                            valid,
+                            &mut states[m],
+                        )
+                    };
                 }
                 let keys = nr.min(key_end - j0);
-                let ones = [s.splat(1.0); MR];
                 let mut c0 = 0;
                 while c0 < e {
                     for m in 0..micro {
@@ -212,7 +278,7 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
                                 w,
                                 o_acc.add(m * MR * e_pad + c0),
                                 e_pad,
-                                &ones,
+                                &alphas[m],
                             )
                         };
                     }
@@ -220,13 +286,20 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
                 }
             }
             for r in 0..rows {
+                // Softmax-plus divides by the row's sum here; relu² needs nothing.
+                let norm = s.splat(if c.softmax_plus.is_some() {
+                    states[r / MR].inv_sum(s, r % MR)
+                } else {
+                    1.0
+                });
                 let mut col = 0;
                 while col < e {
                     let count = (e - col).min(lanes);
                     // SAFETY: row `i0 + r < T` of U (in `h`) and of the accumulators.
                     unsafe {
                         let u = h.add((i0 + r) * w + col);
-                        let g = s.mul(load_n(s, u, count), s.load(o_acc.add(r * e_pad + col)));
+                        let av = s.mul(s.load(o_acc.add(r * e_pad + col)), norm);
+                        let g = s.mul(load_n(s, u, count), av);
                         store_n(s, u, count, g);
                     }
                     col += count;
@@ -239,14 +312,46 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
         // SAFETY: `h` holds `T` rows of stride `2e+s` whose first `e` columns are G; the output
         // of batch `b` holds `T·d` floats.
         unsafe {
-            let mut epi = Output { out: c.out.add(b * t * d), ldo: d, bias: c.b_out };
+            let mut epi = Output {
+                out: c.out.add(b * t * d),
+                ldo: d,
+                bias: c.b_out,
+            };
             gemm::<S, MR, NV>(s, h, w, t, e, w_out_p, d, &mut epi);
         }
     }
 }
 
-/// The `MR × nr` tile of `A` for rows `r0..` (up to `row_end`) and keys `j0..`: scores, scale,
-/// bias, `relu²/l`, mask; stored row-major with stride `nr` at `p`.
+/// The running max and sums of softmax-plus for the `MR` rows of a micro-block.
+#[derive(Clone, Copy)]
+struct RowSoftmax<S: Simd, const MR: usize> {
+    max: [f32; MR],
+    sums: [S::V; MR],
+}
+
+impl<S: Simd, const MR: usize> RowSoftmax<S, MR> {
+    fn new(s: S) -> Self {
+        RowSoftmax {
+            max: [f32::NEG_INFINITY; MR],
+            sums: [s.splat(0.0); MR],
+        }
+    }
+
+    /// `1/Σ p` of row `r`, or 0 for a row that saw no key (its `A·V` is 0); NaN stays NaN.
+    fn inv_sum(&self, s: S, r: usize) -> f32 {
+        let sum = s.reduce_add(self.sums[r]);
+        if self.max[r] == f32::NEG_INFINITY && !sum.is_nan() {
+            0.0
+        } else {
+            1.0 / sum
+        }
+    }
+}
+
+/// The `MR × nr` tile of `A` for rows `r0..` (up to `row_end`) and keys `j0..`, stored
+/// row-major with stride `nr` at `p`: scores, scale, bias, then either `relu²/l` and the mask,
+/// or (softmax-plus) the length factor, the mask and the online softmax's `exp(z − m)`.
+/// Returns the factors that rescale the rows' accumulators (1 for relu²).
 ///
 /// # Safety
 /// `r0 < row_end ≤ T`; `kp` is one packed key tile; `p` holds `MR·nr` floats.
@@ -262,46 +367,85 @@ unsafe fn scores<S: Simd, const MR: usize, const NV: usize>(
     row_end: usize,
     j0: usize,
     valid: usize,
-) {
-    let GauShape { seq_len: t, qk_dim: sd, .. } = c.shape;
+    state: &mut RowSoftmax<S, MR>,
+) -> [S::V; MR] {
+    let GauShape {
+        seq_len: t, qk_dim: sd, ..
+    } = c.shape;
     let lanes = S::LANES;
+    let neg_inf = s.splat(f32::NEG_INFINITY);
     let row = |r: usize| (r0 + r).min(row_end - 1);
     // SAFETY: `row(r) < T`.
     let q_rows: [*const f32; MR] = array::from_fn(|r| unsafe { q.add(row(r) * sd) });
     // SAFETY: forwarded.
     let acc = unsafe { tile::<S, MR, NV>(s, &q_rows, kp, sd) };
+    let mut alpha = [s.splat(1.0); MR];
     for (r, acc_r) in acc.iter().enumerate() {
         let i = row(r);
         let allowed = if c.causal { valid.min(i + 1) } else { valid };
-        let inv_l = s.splat(match c.normalizer {
-            Normalizer::SeqLen => (1.0 / t as f64) as f32,
-            Normalizer::ValidKeys => (1.0 / allowed.max(1) as f64) as f32,
-            Normalizer::Value(l) => (1.0 / l as f64) as f32,
-        });
-        for (v, &a) in acc_r.iter().enumerate() {
+        // The scores `c·Q·K + B` of the row, and how many lanes of each vector it may see.
+        let mut z = [s.splat(0.0); NV];
+        let mut seen = [0usize; NV];
+        for v in 0..NV {
             let jv = j0 + v * lanes;
-            let seen = allowed.saturating_sub(jv).min(lanes);
-            let out = if seen == 0 {
-                s.splat(0.0)
-            } else {
-                let mut sv = s.mul(a, s.splat(c.scale));
+            seen[v] = allowed.saturating_sub(jv).min(lanes);
+            if seen[v] > 0 {
+                z[v] = s.mul(acc_r[v], s.splat(c.scale));
                 if !c.bias.is_null() {
                     // SAFETY: `seen ≥ 1` lanes from `jv < T` lie inside row `i` of the bias.
-                    sv = s.add(sv, unsafe { load_n(s, c.bias.add(i * t + jv), (t - jv).min(lanes)) });
+                    z[v] = s.add(z[v], unsafe { load_n(s, c.bias.add(i * t + jv), (t - jv).min(lanes)) });
                 }
-                // relu with `sv` first: a NaN score stays NaN.
-                let rl = s.max(sv, s.splat(0.0));
-                let av = s.mul(s.mul(rl, rl), inv_l);
-                if seen < lanes {
-                    s.select(s.first_lanes(seen), av, s.splat(0.0))
-                } else {
-                    av
+            }
+        }
+        let out = match c.softmax_plus {
+            None => {
+                let inv_l = s.splat(match c.normalizer {
+                    Normalizer::SeqLen => (1.0 / t as f64) as f32,
+                    Normalizer::ValidKeys => (1.0 / allowed.max(1) as f64) as f32,
+                    Normalizer::Value(l) => (1.0 / l as f64) as f32,
+                });
+                let mut out = [s.splat(0.0); NV];
+                for v in 0..NV {
+                    // relu with the score first: a NaN score stays NaN.
+                    let rl = s.max(z[v], s.splat(0.0));
+                    let av = s.mul(s.mul(rl, rl), inv_l);
+                    out[v] = s.select(s.first_lanes(seen[v]), av, s.splat(0.0));
                 }
-            };
+                out
+            }
+            Some(min_len) => {
+                let factor = s.splat(length_factor(allowed, min_len));
+                let mut tile_max = f32::NEG_INFINITY;
+                for v in 0..NV {
+                    z[v] = s.select(s.first_lanes(seen[v]), s.mul(z[v], factor), neg_inf);
+                    tile_max = tile_max.max(s.reduce_max(z[v]));
+                }
+                let new_max = state.max[r].max(tile_max);
+                // While a row has seen only −∞, subtract 0 so that −∞ − m is not NaN.
+                let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+                alpha[r] = exp_nonpositive(s, s.splat(state.max[r] - shift));
+                state.max[r] = new_max;
+                let mut sum = s.mul(state.sums[r], alpha[r]);
+                let mut out = [s.splat(0.0); NV];
+                for v in 0..NV {
+                    out[v] = exp_nonpositive(s, s.sub(z[v], s.splat(shift)));
+                    sum = s.add(sum, out[v]);
+                }
+                state.sums[r] = sum;
+                out
+            }
+        };
+        for (v, &o) in out.iter().enumerate() {
             // SAFETY: row `r`, lanes `v·LANES..` of the `MR × nr` tile.
-            unsafe { s.store(p.add(r * NV * lanes + v * lanes), out) };
+            unsafe { s.store(p.add(r * NV * lanes + v * lanes), o) };
         }
     }
+    alpha
+}
+
+/// GAU-α's `ln(max(l, min_len))/ln 512` for a row that sees `l` keys, rounded once.
+fn length_factor(allowed: usize, min_len: usize) -> f32 {
+    ((allowed.max(min_len) as f64).ln() / 512f64.ln()) as f32
 }
 
 /// Rotates the pairs of every row of Q and K by the table's angles.

@@ -13,6 +13,9 @@
 //! O = (U ⊙ A·V)·W_o + b_o                      l_i: T (default), row i's allowed keys, or a constant
 //! ```
 //!
+//! With [`GauAttention::SoftmaxPlus`] (GAU-α), `A_ij = softmax_j(S_ij·ln(max(n_i, min_len))/ln 512)`
+//! over the allowed keys instead, `n_i` the keys row `i` sees; a row with none gets `A·V = 0`.
+//!
 //! With the defaults this is the paper's `A = relu²(Q·Kᵀ/√s)/T`, i.e. `relu²(Q·Kᵀ)/(T·s)`;
 //! `c = 1/T, l = 1` gives the `relu(Q·Kᵀ/T)²` form of other public implementations. A row
 //! with no allowed key gets `A·V = 0`, so `O = b_o` there. A NaN in an allowed score makes its
@@ -136,6 +139,23 @@ pub struct GauOptions<'a> {
     pub bias: Option<&'a [f32]>,
     /// Rotary embedding of Q and K (`s` must be even).
     pub rope: Option<Rope>,
+    /// The attention of the unit: the paper's `relu²` (default) or GAU-α's softmax-plus.
+    pub attention: GauAttention,
+}
+
+/// Which attention the GAU applies to its scores `S = c·Q·Kᵀ + B`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GauAttention {
+    /// `A = relu(S)²/l`, the paper's (FLASH); no normalization by a sum.
+    #[default]
+    Relu2,
+    /// GAU-α's softmax-plus: `A_ij = softmax_j(S_ij·ln(max(n_i, min_len))/ln 512)` over the
+    /// allowed keys, `n_i` the number of keys row `i` sees (the normalizer `l` is not used).
+    /// `min_len = 512` leaves sequences up to 512 tokens with a plain softmax.
+    SoftmaxPlus {
+        /// The length below which the factor is 1 (≥ 1).
+        min_len: usize,
+    },
 }
 
 /// Reusable scratch memory of [`Kernels::gau`]: the packed weights, the projections of one
@@ -180,6 +200,8 @@ pub(crate) struct GauCall {
     /// Null when absent.
     pub bias: *const f32,
     pub rope: Option<Rope>,
+    /// GAU-α's `min_len`, when the attention is softmax-plus.
+    pub softmax_plus: Option<usize>,
     /// `[T][s/2]` pairs `(cos, sin)` when `rope` is set.
     pub rope_table: *const f32,
     pub workspace: *mut f32,
@@ -211,17 +233,35 @@ impl Kernels {
         out: &mut [f32],
         workspace: &mut GauWorkspace,
     ) -> Result<(), Error> {
-        let GauShape { batch, seq_len: t, dim: d, expand: e, qk_dim: s } = *shape;
+        let GauShape {
+            batch,
+            seq_len: t,
+            dim: d,
+            expand: e,
+            qk_dim: s,
+        } = *shape;
         for (arg, v) in [("shape.dim", d), ("shape.expand", e), ("shape.qk_dim", s)] {
             if v == 0 {
                 return Err(Error::shape(arg, "at least 1", 0));
             }
         }
-        let width = product("shape", &[2, e])?.checked_add(s).ok_or_else(|| Error::shape("shape", "fits", "overflow"))?;
+        let width = product("shape", &[2, e])?
+            .checked_add(s)
+            .ok_or_else(|| Error::shape("shape", "fits", "overflow"))?;
         check_len("x", "B·T·d", product("x", &[batch, t, d])?, x.len())?;
         check_len("out", "B·T·d", product("out", &[batch, t, d])?, out.len())?;
-        check_len("weights.w_in", "d·(2e+s)", product("weights.w_in", &[d, width])?, weights.w_in.len())?;
-        check_len("weights.w_out", "e·d", product("weights.w_out", &[e, d])?, weights.w_out.len())?;
+        check_len(
+            "weights.w_in",
+            "d·(2e+s)",
+            product("weights.w_in", &[d, width])?,
+            weights.w_in.len(),
+        )?;
+        check_len(
+            "weights.w_out",
+            "e·d",
+            product("weights.w_out", &[e, d])?,
+            weights.w_out.len(),
+        )?;
         if let Some(b) = weights.b_in {
             check_len("weights.b_in", "2e+s", width, b.len())?;
         }
@@ -239,7 +279,11 @@ impl Kernels {
         if let Some(lens) = opts.key_lengths {
             check_len("key_lengths", "B", batch, lens.len())?;
             if let Some((i, &len)) = lens.iter().enumerate().find(|(_, &len)| len > t) {
-                return Err(Error::param("key_lengths", format!("every length ≤ seq_len = {t}"), format!("{len} at {i}")));
+                return Err(Error::param(
+                    "key_lengths",
+                    format!("every length ≤ seq_len = {t}"),
+                    format!("{len} at {i}"),
+                ));
             }
         }
         if let Some(bias) = opts.bias {
@@ -256,10 +300,14 @@ impl Kernels {
                 return Err(Error::param("normalizer", "a finite constant > 0", l));
             }
         }
+        if let GauAttention::SoftmaxPlus { min_len: 0 } = opts.attention {
+            return Err(Error::param("attention", "softmax-plus with min_len ≥ 1", 0));
+        }
         if opts.rope.is_some() && s % 2 != 0 {
             return Err(Error::shape("shape.qk_dim", "an even width for RoPE", s));
         }
-        let ws_len = body::workspace_len(shape).ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
+        let ws_len = body::workspace_len(shape)
+            .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
         if batch == 0 || t == 0 {
             return Ok(());
         }
@@ -289,6 +337,10 @@ impl Kernels {
             causal: opts.causal,
             bias: opts.bias.map_or(null, |b| b.as_ptr()),
             rope: opts.rope,
+            softmax_plus: match opts.attention {
+                GauAttention::Relu2 => None,
+                GauAttention::SoftmaxPlus { min_len } => Some(min_len),
+            },
             rope_table: workspace.rope.as_ptr(),
             workspace: workspace.buf.as_mut_ptr(),
         };

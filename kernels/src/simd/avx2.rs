@@ -182,11 +182,6 @@ impl Simd for Avx2 {
         unsafe { _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a) }
     }
     #[inline(always)]
-    fn or(self, a: __m256, b: __m256) -> __m256 {
-        // SAFETY: see the impl.
-        unsafe { _mm256_or_ps(a, b) }
-    }
-    #[inline(always)]
     fn select(self, m: __m256, a: __m256, b: __m256) -> __m256 {
         // SAFETY: see the impl.
         unsafe { _mm256_blendv_ps(b, a, m) }

@@ -155,10 +155,6 @@ impl Simd for Avx512 {
         unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a) }
     }
     #[inline(always)]
-    fn or(self, a: __mmask16, b: __mmask16) -> __mmask16 {
-        a | b
-    }
-    #[inline(always)]
     fn select(self, m: __mmask16, a: __m512, b: __m512) -> __m512 {
         // SAFETY: see the impl.
         unsafe { _mm512_mask_blend_ps(m, b, a) }

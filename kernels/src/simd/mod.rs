@@ -100,7 +100,6 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn lt(self, a: Self::V, b: Self::V) -> Self::M;
     /// Lanes where `a` is NaN.
     fn is_nan(self, a: Self::V) -> Self::M;
-    fn or(self, a: Self::M, b: Self::M) -> Self::M;
     /// `a` where `m` is set, else `b`.
     fn select(self, m: Self::M, a: Self::V, b: Self::V) -> Self::V;
     fn any(self, m: Self::M) -> bool;

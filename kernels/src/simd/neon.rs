@@ -139,11 +139,6 @@ impl Simd for Neon {
         unsafe { vmvnq_u32(vceqq_f32(a, a)) }
     }
     #[inline(always)]
-    fn or(self, a: uint32x4_t, b: uint32x4_t) -> uint32x4_t {
-        // SAFETY: see the impl.
-        unsafe { vorrq_u32(a, b) }
-    }
-    #[inline(always)]
     fn select(self, m: uint32x4_t, a: float32x4_t, b: float32x4_t) -> float32x4_t {
         // SAFETY: see the impl.
         unsafe { vbslq_f32(m, a, b) }

@@ -114,10 +114,6 @@ impl Simd for Scalar {
         a.is_nan()
     }
     #[inline(always)]
-    fn or(self, a: bool, b: bool) -> bool {
-        a | b
-    }
-    #[inline(always)]
     fn select(self, m: bool, a: f32, b: f32) -> f32 {
         if m {
             a

@@ -214,7 +214,10 @@ unsafe fn rows<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(s:
         // traffic overlaps the arithmetic instead of following it. Short rows are left to the
         // hardware prefetchers.
         let ahead = if r + 1 < call.rows && n >= PREFETCH_MIN_LEN {
-            [call.src.wrapping_add((r + 1) * n), call.dst.wrapping_add((r + 1) * n).cast_const()]
+            [
+                call.src.wrapping_add((r + 1) * n),
+                call.dst.wrapping_add((r + 1) * n).cast_const(),
+            ]
         } else {
             [std::ptr::null(); 2]
         };

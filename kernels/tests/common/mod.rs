@@ -81,3 +81,12 @@ pub fn misaligned(data: &[f32], offset: usize) -> Vec<f32> {
     buf.extend_from_slice(data);
     buf
 }
+
+/// Proptest cases: `default`, or `PROPTEST_CASES` when set (the aarch64 run under qemu, which is
+/// slower by an order of magnitude, asks for fewer).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
