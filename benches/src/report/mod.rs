@@ -18,6 +18,7 @@ mod accuracy;
 pub mod activation;
 pub mod attention;
 mod case;
+pub mod gau;
 mod machine;
 pub mod norm;
 mod output;
@@ -63,7 +64,13 @@ pub fn no_goals(_: &[Row]) -> Vec<String> {
 }
 
 /// Every family of the report, in printing order. Add a line here to add a kernel's rows.
-pub const FAMILIES: &[Family] = &[softmax::FAMILY, activation::FAMILY, attention::FAMILY, norm::FAMILY];
+pub const FAMILIES: &[Family] = &[
+    softmax::FAMILY,
+    activation::FAMILY,
+    attention::FAMILY,
+    norm::FAMILY,
+    gau::FAMILY,
+];
 
 /// What the run covers.
 #[derive(Debug, Clone, Copy)]
