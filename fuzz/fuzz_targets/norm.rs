@@ -97,6 +97,27 @@ fn eps_of(input: &Input, default: f32) -> f32 {
     input.eps_bits.map_or(default, f32::from_bits)
 }
 
+/// The oracle's bound is NaN where its relative rstd bound `ε_r` is infinite (`e > 1/2`: rows
+/// of subnormal values with a tiny ε) and the element's `ŷ − β` (LayerNorm) or `ŷ` (RMSNorm) is
+/// exactly 0: `0·∞`. The documented bound makes no claim there; only a NaN result is wrong.
+fn no_claim_is_ok(r: Result<f64, reference::NormMismatch>) -> Result<(), reference::NormMismatch> {
+    match r {
+        Err(m) if m.at.bound.is_nan() && m.at.exact.is_finite() && !m.at.got.is_nan() => Ok(()),
+        r => r.map(|_| ()),
+    }
+}
+
+/// Every channel's folded scale `γ/√(v + ε)` and shift `β − μ·s` is a finite f32.
+fn folds_in_f32(mean: &[f32], var: &[f32], gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32) -> bool {
+    (0..mean.len()).all(|c| {
+        let g = gamma.map_or(1.0, |g| g[c] as f64);
+        let b = beta.map_or(0.0, |b| b[c] as f64);
+        let sc = g / (var[c] as f64 + eps as f64).sqrt();
+        let sh = b - mean[c] as f64 * sc;
+        !sc.is_finite() || !sh.is_finite() || ((sc as f32).is_finite() && (sh as f32).is_finite())
+    })
+}
+
 fn equal_or_nan(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
@@ -107,7 +128,8 @@ fn row_norm(input: &Input, op: u8) {
     let add = op & 2 != 0;
     let inplace = op & 4 != 0;
     let d = (input.d % 80) as usize;
-    let rows = (input.rows % 6) as usize;
+    // With d = 0 there are no rows (and the statistics have length 0).
+    let rows = if d == 0 { 0 } else { (input.rows % 6) as usize };
     let len = rows * d;
 
     let mut names: Vec<&'static str> = vec!["x"];
@@ -247,15 +269,19 @@ fn row_norm(input: &Input, op: u8) {
                         assert!(equal_or_nan(a, b), "{isa}: op {op}: h[{j}] = {a:e}, oracle {b:e}");
                     }
                 }
-                let checked = if rms {
-                    reference::check_rms_norm(hv, d, gamma.as_deref(), eps, y)
-                } else {
-                    let m = (stats && input.want_mean).then_some(&mean[..]);
-                    let rs = (stats && input.want_rstd).then_some(&rstd[..]);
-                    reference::check_layer_norm(hv, d, gamma.as_deref(), beta.as_deref(), eps, y, m, rs)
-                };
-                if let Err(m) = checked {
-                    panic!("{isa}: op {op} (rms {rms}, add {add}, inplace {inplace}) d {d} rows {rows}: {m}");
+                // Row by row, so that a row where the bound makes no claim hides no other row.
+                for i in 0..rows {
+                    let (hr, yr) = (&hv[i * d..][..d], &y[i * d..][..d]);
+                    let checked = if rms {
+                        reference::check_rms_norm(hr, d, gamma.as_deref(), eps, yr)
+                    } else {
+                        let m = (stats && input.want_mean).then_some(&mean[i..i + 1]);
+                        let rs = (stats && input.want_rstd).then_some(&rstd[i..i + 1]);
+                        reference::check_layer_norm(hr, d, gamma.as_deref(), beta.as_deref(), eps, yr, m, rs)
+                    };
+                    if let Err(m) = no_claim_is_ok(checked) {
+                        panic!("{isa}: op {op} (rms {rms}, add {add}, inplace {inplace}) d {d} row {i} of {rows}: {m}");
+                    }
                 }
             }
             Err(e) => {
@@ -375,6 +401,12 @@ fn batch_norm(input: &Input, op: u8) {
                         momentum,
                         got,
                     )
+                } else if !folds_in_f32(&running_mean, &running_var, gamma.as_deref(), beta.as_deref(), eps) {
+                    // The kernel computes `y = fma(x, s_c, b_c)` with `s_c = γ/√(v + ε)` and
+                    // `b_c = β − μ·s_c` rounded to f32; where they overflow, `y` may be ±∞ or NaN
+                    // although the exact `(x − μ)·s_c + β` is finite (found by this target: μ ≈ 1e38,
+                    // x = μ). The documented bound assumes both finite: only memory safety here.
+                    Ok(0.0)
                 } else {
                     reference::check_batch_norm(
                         &x,
@@ -387,7 +419,7 @@ fn batch_norm(input: &Input, op: u8) {
                         y,
                     )
                 };
-                if let Err(m) = checked {
+                if let Err(m) = no_claim_is_ok(checked) {
                     panic!("{isa}: batch op {op} shape {:?}: {m}", [n, c, s]);
                 }
             }
