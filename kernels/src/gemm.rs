@@ -201,7 +201,8 @@ pub(crate) unsafe fn store_n<S: Simd>(s: S, p: *mut f32, count: usize, v: S::V) 
 /// # Safety
 /// `p` covers `MR` rows of `ldp ≥ keys`; `v` covers `keys` rows of `NV·LANES` floats at
 /// stride `ldv`; `o` covers `MR` rows of `NV·LANES` floats at stride `ldo`.
-#[allow(clippy::too_many_arguments)]
+// Index loops over the register tile: `acc[r][c]`, `alpha[r]`, `vv[c]` all at once.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 #[inline(always)]
 pub(crate) unsafe fn rank_update<S: Simd, const MR: usize, const NV: usize>(
     s: S,
@@ -266,6 +267,7 @@ pub(crate) trait Epilogue<S: Simd, const MR: usize, const NV: usize> {
 /// # Safety
 /// `a` covers `m` rows of `lda ≥ k` floats (the last row `k`); `bp` is `B[k, n]` packed by
 /// [`pack_b`] with `nr = NV·LANES`; `m ≥ 1`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn gemm<S: Simd, const MR: usize, const NV: usize>(
     s: S,

@@ -37,13 +37,13 @@ pub enum Rule {
     Copy,
     /// A compute-bound kernel with a FLOP count ([`Case::flops`]): the FMA peak of the same ISA
     /// ([`roofline::fma_peak`]), its fastest round's time scaled to the case's FLOPs (see
-    /// [`fma_ratio`]).
+    /// `fma_ratio`).
     Fma,
 }
 
 /// A case with a driver of its own: a kernel whose operands do not fit one `x` and one `y`, or
 /// whose oracle is too slow for the whole output (attention). Its `measure` times it on the
-/// ISAs of the context and returns its printed rows, as [`measure`] does for a [`Case`].
+/// ISAs of the context and returns its printed rows, as `measure` does for a [`Case`].
 pub struct Custom {
     /// The kernel's name as printed; also what `--kernel` matches.
     pub kernel: &'static str,

@@ -148,6 +148,8 @@ impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output {
 /// # Safety
 /// `call` must be validated by `Kernels::gau`: every pointer covers what its shape gives, the
 /// workspace holds `workspace_len` floats, the RoPE table `T·s` floats when RoPE is on.
+// `m` indexes the block's micro-block states, alphas and buffers together.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &GauCall) {
     let GauShape {

@@ -29,8 +29,8 @@
 
 use crate::simd::Simd;
 
-/// `ln 2` rounded to f32: 0x3f317218.
-const LN2_HI: f32 = 0.693_147_2;
+/// `ln 2` rounded to f32 (0x3f317218).
+const LN2_HI: f32 = std::f32::consts::LN_2;
 /// `ln 2 − LN2_HI`, rounded to f32.
 const LN2_LO: f32 = -1.904_654_3e-9;
 

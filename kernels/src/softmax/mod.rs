@@ -124,7 +124,7 @@ fn validate(len: usize, out_len: Option<usize>, n: usize, opts: &SoftmaxOptions)
     match n {
         0 if len == 0 => Ok(0),
         0 => Err(Error::shape("n", format!("a row length dividing x.len() = {len}"), "0")),
-        _ if len % n != 0 => Err(Error::shape(
+        _ if !len.is_multiple_of(n) => Err(Error::shape(
             "x",
             format!("a length that is a multiple of n = {n}"),
             len,
