@@ -107,14 +107,16 @@ fn no_claim_is_ok(r: Result<f64, reference::NormMismatch>) -> Result<(), referen
     }
 }
 
-/// Every channel's folded scale `γ/√(v + ε)` and shift `β − μ·s` is a finite f32.
+/// Every channel's folded scale `γ/√(v + ε)` and shift `β − μ·s` is a finite f32. Where one is
+/// not (also for ±∞ or NaN parameters: `γ = −∞` makes the fold `∞ − ∞` = NaN where the exact
+/// `(x − μ)·γ/√(v + ε)` is −∞), the kernel's results are outside the documented bound.
 fn folds_in_f32(mean: &[f32], var: &[f32], gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32) -> bool {
     (0..mean.len()).all(|c| {
         let g = gamma.map_or(1.0, |g| g[c] as f64);
         let b = beta.map_or(0.0, |b| b[c] as f64);
         let sc = g / (var[c] as f64 + eps as f64).sqrt();
         let sh = b - mean[c] as f64 * sc;
-        !sc.is_finite() || !sh.is_finite() || ((sc as f32).is_finite() && (sh as f32).is_finite())
+        (sc as f32).is_finite() && (sh as f32).is_finite()
     })
 }
 
