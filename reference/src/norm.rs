@@ -349,7 +349,17 @@ const SUB1: f64 = SUB2 / 2.0;
 /// The bound on one element of a normalized row, `y = (h − μ)·rstd·γ + β`:
 /// `|γ|·rstd·E_μ + |ŷ − β|·(ε_r + 3u) + u·|ŷ| + 2⁻¹⁴⁸·(1 + |γ|)`.
 fn element_bound(exact: f64, g: f64, b: f64, rstd: f64, e_mu: f64, eps_r: f64) -> f64 {
-    g.abs() * rstd * e_mu + (exact - b).abs() * (eps_r + 3.0 * U) + U * exact.abs() + SUB2 * (1.0 + g.abs())
+    g.abs() * rstd * e_mu + times(exact - b, eps_r + 3.0 * U) + U * exact.abs() + SUB2 * (1.0 + g.abs())
+}
+
+/// `|a|·r`, with `0·∞ = 0`: an element exactly at β gets no error from an unbounded `ε_r`
+/// (found by fuzzing: the product was NaN and failed every comparison).
+fn times(a: f64, r: f64) -> f64 {
+    if a == 0.0 {
+        0.0
+    } else {
+        a.abs() * r
+    }
 }
 
 /// Checks the output `y` (and the per-row `mean`, `rstd` if given) of `kernels::layer_norm`
@@ -430,7 +440,7 @@ pub fn check_rms_norm(h: &[f32], d: usize, gain: Option<&[f32]>, eps: f32, y: &[
         for j in 0..d {
             let at = i * d + j;
             let g = affine(gain, None, j).0;
-            let bound = exact.y[at].abs() * (eps_r + 2.0 * U) + SUB2 * (1.0 + g.abs());
+            let bound = times(exact.y[at], eps_r + 2.0 * U) + SUB2 * (1.0 + g.abs());
             within("y", at, y[at], exact.y[at], bound)?;
             if bound > 0.0 && (exact.y[at] as f32).is_finite() {
                 worst = worst.max((y[at] as f64 - exact.y[at]).abs() / bound);
@@ -466,9 +476,12 @@ pub fn check_batch_norm(
         let mu = running_mean[ch] as f64;
         let sc = g / (running_var[ch] as f64 + eps as f64).sqrt();
         let sh = b - mu * sc;
+        // The last term: `s_c` rounded into the subnormals errs by up to 2⁻¹⁵⁰ absolute, which
+        // `y = x·s_c + (β − μ·s_c)` carries as `(x − μ)·Δs` (found by fuzzing).
         let bound = U * ((v as f64 - mu).abs() * sc.abs() + sh.abs() + e.abs())
             + (1.0 / (1u64 << 40) as f64) * ((mu * sc).abs() + sh.abs() + e.abs())
-            + SUB2;
+            + SUB2
+            + (v as f64 - mu).abs() * TINY * U;
         within("y", at, y[at], e, bound)?;
         if bound > 0.0 && (e as f32).is_finite() {
             worst = worst.max((y[at] as f64 - e).abs() / bound);

@@ -987,8 +987,9 @@ pub fn add_rms_norm_inplace(
 /// ```
 ///
 /// Error bound (`u = 2⁻²⁴`, `s_c`, `b_c` exact): `|y − ŷ| ≤ u·(|x − μ_c|·|s_c| + |b_c| + |ŷ|) +
-/// 2⁻⁴⁰·(|μ_c·s_c| + |b_c| + |ŷ|) + 2⁻¹⁴⁸` (the rounding of `s_c`, of `b_c` and of the FMA; the
-/// second term covers the second-order and f64 roundings). Elementwise: a NaN `x` gives NaN,
+/// 2⁻⁴⁰·(|μ_c·s_c| + |b_c| + |ŷ|) + 2⁻¹⁴⁸ + |x − μ_c|·2⁻¹⁵⁰` (the rounding of `s_c`, of `b_c`
+/// and of the FMA; the second term covers the second-order and f64 roundings, the last an `s_c`
+/// rounded into the subnormals). Elementwise: a NaN `x` gives NaN,
 /// ±∞ gives ±∞ (NaN if `s_c = 0`); a negative or NaN `v_c` makes its channel NaN; the fold
 /// requires `|μ_c·s_c|` below the f32 range.
 ///
