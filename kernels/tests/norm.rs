@@ -858,3 +858,29 @@ fn free_functions_use_the_detected_isa() {
     kernels::rms_norm(&x, &mut a, 8, &Default::default()).unwrap();
     assert_eq!(a, c);
 }
+
+/// Regression (fuzz): a folded BatchNorm scale `γ/√(v + ε)` below 2⁻¹²⁶ is rounded absolutely
+/// (2⁻¹⁵⁰), and `|x − μ|` near 10³⁸ carries that into `y`; the bound has a term for it.
+#[test]
+fn batch_norm_with_a_subnormal_folded_scale() {
+    let x = [4.2537e37f32, -1.0e37, 3.0];
+    let (mean, var) = ([1.0855e21f32], [4.2537e37f32]);
+    let (gamma, beta) = ([-4.172e-21f32], [-6.58e-21f32]);
+    let opts = BatchNormOptions {
+        gamma: Some(&gamma),
+        beta: Some(&beta),
+        eps: 1.4157e21,
+        ..Default::default()
+    };
+    let scale = gamma[0] as f64 / (var[0] as f64 + opts.eps as f64).sqrt();
+    assert!(
+        scale.abs() < f32::MIN_POSITIVE as f64,
+        "the case needs a subnormal scale: {scale:e}"
+    );
+    for k in all_kernels() {
+        let mut y = [0.0; 3];
+        k.batch_norm(&x, &mut y, [3, 1, 1], &mean, &var, &opts).unwrap();
+        reference::check_batch_norm(&x, [3, 1, 1], &mean, &var, Some(&gamma), Some(&beta), opts.eps, &y)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", k.isa()));
+    }
+}

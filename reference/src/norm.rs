@@ -481,7 +481,7 @@ pub fn check_batch_norm(
         let bound = U * ((v as f64 - mu).abs() * sc.abs() + sh.abs() + e.abs())
             + (1.0 / (1u64 << 40) as f64) * ((mu * sc).abs() + sh.abs() + e.abs())
             + SUB2
-            + (v as f64 - mu).abs() * TINY * U;
+            + (v as f64 - mu).abs() * f32::MIN_POSITIVE as f64 * U;
         within("y", at, y[at], e, bound)?;
         if bound > 0.0 && (e as f32).is_finite() {
             worst = worst.max((y[at] as f64 - e).abs() / bound);
