@@ -131,6 +131,9 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 # (the cross one, from $SYSROOT) would load that other build of libc.so.6, whose private ABI
 # differs: the first pthread_create then spins forever in the stack cache.
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L $SYSROOT -E LD_LIBRARY_PATH=$SYSROOT/lib"
+# Tests that start a child process of their own binary (the dispatch-cache race) run it
+# through the same emulator command.
+export KERNELS_TEST_RUNNER="$CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER"
 unset RUSTFLAGS CARGO_BUILD_TARGET CARGO_BUILD_RUSTFLAGS RUSTC_WRAPPER CARGO_BUILD_RUSTC_WRAPPER || true
 
 cargo_test() { "$DEBIAN_CARGO" test --target "$TARGET" -p kernels -p reference "$@"; }

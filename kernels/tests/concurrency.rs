@@ -329,7 +329,18 @@ fn detected_race() {
 #[test]
 fn detected_is_initialised_once_in_a_fresh_process() {
     let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
+    // Under emulation the child must go through the same runner as this process (qemu with
+    // its sysroot flags): `scripts/test-aarch64.sh` puts that command in KERNELS_TEST_RUNNER.
+    let mut cmd = match std::env::var("KERNELS_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut words = runner.split_whitespace();
+            let mut cmd = std::process::Command::new(words.next().unwrap());
+            cmd.args(words).arg(&exe);
+            cmd
+        }
+        _ => std::process::Command::new(&exe),
+    };
+    let out = cmd
         .args(["detected_race", "--exact", "--test-threads=1"])
         .output()
         .unwrap();
