@@ -512,3 +512,27 @@ fn gau_alpha_block_with_rms_norm() {
         }
     }
 }
+
+/// Regression (fuzz): GAU-α with `min_len = 1` gives a row that sees one key the factor
+/// `ln 1/ln 512 = 0`; masked keys must stay −∞ (the oracle once made them `−∞·0 = NaN`).
+#[test]
+fn softmax_plus_with_a_zero_length_factor() {
+    let mut c = Case::new(
+        GauShape {
+            batch: 1,
+            seq_len: 6,
+            dim: 4,
+            expand: 5,
+            qk_dim: 3,
+        },
+        31,
+    );
+    c.causal = true;
+    c.bias = Some((0..36).map(|i| (i % 5) as f32 * 0.25).collect());
+    c.attention = GauAttention::SoftmaxPlus { min_len: 1 };
+    for k in all_kernels() {
+        let out = c.run(&k, &mut GauWorkspace::new());
+        assert!(out.iter().all(|v| v.is_finite()), "{}", k.isa());
+        c.check(&k, &out).unwrap();
+    }
+}

@@ -251,7 +251,11 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
                     // itself adds the attention kernel's rounding (exp 1 ulp, T-term sums).
                     let f = count.max(min_len) as f64;
                     let f = (f.ln() / 512f64.ln()) as f32 as f64;
-                    let z: Vec<f64> = sc.iter().map(|&(sv, _)| sv * f).collect();
+                    // Masked keys stay −∞ (with f = 0, −∞·f would be NaN).
+                    let z: Vec<f64> = sc
+                        .iter()
+                        .map(|&(sv, _)| if sv == f64::NEG_INFINITY { sv } else { sv * f })
+                        .collect();
                     let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     if m > f64::NEG_INFINITY {
                         let e = sc
