@@ -59,6 +59,23 @@ impl Error {
         }
     }
 
+    /// `Ok` if a length is what its shape gives, else a shape error naming `arg` and `what` the
+    /// expected length is made of (`"B·H·Lq·Dk"`).
+    pub(crate) fn check_len(arg: &'static str, what: &str, expected: usize, actual: usize) -> Result<(), Error> {
+        if expected == actual {
+            Ok(())
+        } else {
+            Err(Error::shape(arg, format!("length {expected} ({what})"), actual))
+        }
+    }
+
+    /// `a·b·…`, or a shape error naming `arg` if the product overflows `usize`.
+    pub(crate) fn product(arg: &'static str, dims: &[usize]) -> Result<usize, Error> {
+        dims.iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| Error::shape(arg, "a size that fits in memory", format!("{dims:?} elements")))
+    }
+
     /// The argument this error is about, if it is about one.
     pub fn arg(&self) -> Option<&'static str> {
         match self {

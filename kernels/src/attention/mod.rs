@@ -225,21 +225,6 @@ pub(crate) struct AttentionCall {
     pub workspace: *mut f32,
 }
 
-/// `a·b·…`, or an error naming `arg` if it overflows `usize`.
-fn product(arg: &'static str, dims: &[usize]) -> Result<usize, Error> {
-    dims.iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::shape(arg, "a size that fits in memory", format!("{dims:?} elements")))
-}
-
-fn check_len(arg: &'static str, what: &str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::shape(arg, format!("length {expected} ({what})"), actual))
-    }
-}
-
 impl Kernels {
     /// Attention into `out`, with an explicit workspace. See [`attention`](crate::attention()).
     #[allow(clippy::too_many_arguments)]
@@ -272,16 +257,16 @@ impl Kernels {
         if hkv == 0 || h % hkv != 0 {
             return Err(Error::shape("shape.kv_heads", format!("a divisor of heads = {h}"), hkv));
         }
-        check_len("q", "B·H·Lq·Dk", product("q", &[b, h, lq, dk])?, q.len())?;
-        check_len("k", "B·Hkv·Lk·Dk", product("k", &[b, hkv, lk, dk])?, k.len())?;
-        check_len("v", "B·Hkv·Lk·Dv", product("v", &[b, hkv, lk, dv])?, v.len())?;
-        check_len("out", "B·H·Lq·Dv", product("out", &[b, h, lq, dv])?, out.len())?;
-        let n_scores = product("scores", &[b, h, lq, lk])?;
+        Error::check_len("q", "B·H·Lq·Dk", Error::product("q", &[b, h, lq, dk])?, q.len())?;
+        Error::check_len("k", "B·Hkv·Lk·Dk", Error::product("k", &[b, hkv, lk, dk])?, k.len())?;
+        Error::check_len("v", "B·Hkv·Lk·Dv", Error::product("v", &[b, hkv, lk, dv])?, v.len())?;
+        Error::check_len("out", "B·H·Lq·Dv", Error::product("out", &[b, h, lq, dv])?, out.len())?;
+        let n_scores = Error::product("scores", &[b, h, lq, lk])?;
         if let Some(s) = &scores {
-            check_len("scores", "B·H·Lq·Lk", n_scores, s.len())?;
+            Error::check_len("scores", "B·H·Lq·Lk", n_scores, s.len())?;
         }
         if let Some(p) = opts.prev_scores {
-            check_len("prev_scores", "B·H·Lq·Lk", n_scores, p.len())?;
+            Error::check_len("prev_scores", "B·H·Lq·Lk", n_scores, p.len())?;
         }
         let (mask_batch_stride, mask_head_stride) = match opts.mask {
             None => (0, 0),
@@ -289,26 +274,26 @@ impl Kernels {
                 values,
                 shape: MaskShape::Shared,
             }) => {
-                check_len("mask", "Lq·Lk for MaskShape::Shared", lq * lk, values.len())?;
+                Error::check_len("mask", "Lq·Lk for MaskShape::Shared", lq * lk, values.len())?;
                 (0, 0)
             }
             Some(AdditiveMask {
                 values,
                 shape: MaskShape::PerBatch,
             }) => {
-                check_len("mask", "B·Lq·Lk for MaskShape::PerBatch", b * lq * lk, values.len())?;
+                Error::check_len("mask", "B·Lq·Lk for MaskShape::PerBatch", b * lq * lk, values.len())?;
                 (lq * lk, 0)
             }
             Some(AdditiveMask {
                 values,
                 shape: MaskShape::PerHead,
             }) => {
-                check_len("mask", "B·H·Lq·Lk for MaskShape::PerHead", n_scores, values.len())?;
+                Error::check_len("mask", "B·H·Lq·Lk for MaskShape::PerHead", n_scores, values.len())?;
                 (h * lq * lk, lq * lk)
             }
         };
         if let Some(lens) = opts.key_lengths {
-            check_len("key_lengths", "B", b, lens.len())?;
+            Error::check_len("key_lengths", "B", b, lens.len())?;
             if let Some((i, &len)) = lens.iter().enumerate().find(|(_, &len)| len > lk) {
                 return Err(Error::param(
                     "key_lengths",

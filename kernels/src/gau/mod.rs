@@ -207,21 +207,6 @@ pub(crate) struct GauCall {
     pub workspace: *mut f32,
 }
 
-fn check_len(arg: &'static str, what: &str, expected: usize, actual: usize) -> Result<(), Error> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::shape(arg, format!("length {expected} ({what})"), actual))
-    }
-}
-
-/// `a·b·…`, or an error naming `arg` if it overflows `usize`.
-fn product(arg: &'static str, dims: &[usize]) -> Result<usize, Error> {
-    dims.iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::shape(arg, "a size that fits in memory", format!("{dims:?} elements")))
-}
-
 impl Kernels {
     /// The GAU into `out`, with an explicit workspace. See [`gau`](crate::gau()).
     pub fn gau(
@@ -245,28 +230,28 @@ impl Kernels {
                 return Err(Error::shape(arg, "at least 1", 0));
             }
         }
-        let width = product("shape", &[2, e])?
+        let width = Error::product("shape", &[2, e])?
             .checked_add(s)
             .ok_or_else(|| Error::shape("shape", "fits", "overflow"))?;
-        check_len("x", "B·T·d", product("x", &[batch, t, d])?, x.len())?;
-        check_len("out", "B·T·d", product("out", &[batch, t, d])?, out.len())?;
-        check_len(
+        Error::check_len("x", "B·T·d", Error::product("x", &[batch, t, d])?, x.len())?;
+        Error::check_len("out", "B·T·d", Error::product("out", &[batch, t, d])?, out.len())?;
+        Error::check_len(
             "weights.w_in",
             "d·(2e+s)",
-            product("weights.w_in", &[d, width])?,
+            Error::product("weights.w_in", &[d, width])?,
             weights.w_in.len(),
         )?;
-        check_len(
+        Error::check_len(
             "weights.w_out",
             "e·d",
-            product("weights.w_out", &[e, d])?,
+            Error::product("weights.w_out", &[e, d])?,
             weights.w_out.len(),
         )?;
         if let Some(b) = weights.b_in {
-            check_len("weights.b_in", "2e+s", width, b.len())?;
+            Error::check_len("weights.b_in", "2e+s", width, b.len())?;
         }
         if let Some(b) = weights.b_out {
-            check_len("weights.b_out", "d", d, b.len())?;
+            Error::check_len("weights.b_out", "d", d, b.len())?;
         }
         for (arg, v) in [
             ("weights.gamma_q", weights.gamma_q),
@@ -274,10 +259,10 @@ impl Kernels {
             ("weights.gamma_k", weights.gamma_k),
             ("weights.beta_k", weights.beta_k),
         ] {
-            check_len(arg, "s", s, v.len())?;
+            Error::check_len(arg, "s", s, v.len())?;
         }
         if let Some(lens) = opts.key_lengths {
-            check_len("key_lengths", "B", batch, lens.len())?;
+            Error::check_len("key_lengths", "B", batch, lens.len())?;
             if let Some((i, &len)) = lens.iter().enumerate().find(|(_, &len)| len > t) {
                 return Err(Error::param(
                     "key_lengths",
@@ -287,7 +272,7 @@ impl Kernels {
             }
         }
         if let Some(bias) = opts.bias {
-            check_len("bias", "T·T", product("bias", &[t, t])?, bias.len())?;
+            Error::check_len("bias", "T·T", Error::product("bias", &[t, t])?, bias.len())?;
         }
         let scale = match opts.scale {
             ScoreScale::InvSqrtQkDim => (1.0 / (s as f64).sqrt()) as f32,
