@@ -11,19 +11,29 @@ use crate::attention::AttentionCall;
 use crate::gau::GauCall;
 use crate::norm::{BatchNormCall, NormCall};
 use crate::softmax::SoftmaxCall;
-use crate::{Error, Isa};
+use crate::{Element, Error, Isa};
+use half::{bf16, f16};
 
 /// The entry points of one ISA. Every function requires its ISA to be supported.
 pub(crate) struct Table {
     pub isa: Isa,
-    pub exp: unsafe fn(*const f32, *mut f32, usize),
-    pub sigmoid: unsafe fn(*const f32, *mut f32, usize),
-    pub swish: unsafe fn(*const f32, *mut f32, usize),
-    pub softmax: unsafe fn(&SoftmaxCall),
+    pub f32: Entries<f32>,
+    pub f16: Entries<f16>,
+    pub bf16: Entries<bf16>,
     pub attention: unsafe fn(&AttentionCall),
     pub gau: unsafe fn(&GauCall),
     pub norm: unsafe fn(&NormCall),
     pub batch_norm: unsafe fn(&BatchNormCall),
+}
+
+/// The entry points of one ISA for tensors stored as `E` (see [`Element`]).
+pub(crate) struct Entries<E> {
+    pub exp: unsafe fn(*const E, *mut E, usize),
+    pub sigmoid: unsafe fn(*const E, *mut E, usize),
+    pub swish: unsafe fn(*const E, *mut E, usize),
+    pub widen: unsafe fn(*const E, *mut f32, usize),
+    pub narrow: unsafe fn(*const f32, *mut E, usize),
+    pub softmax: unsafe fn(&SoftmaxCall<E>),
 }
 
 /// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
@@ -44,27 +54,39 @@ macro_rules! isa_table {
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn exp(src: *const f32, dst: *mut f32, n: usize) {
+            unsafe fn exp<E: Element>(src: *const E, dst: *mut E, n: usize) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
                 unsafe { crate::math::exp::exp_row(token(), src, dst, n) }
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn sigmoid(src: *const f32, dst: *mut f32, n: usize) {
+            unsafe fn sigmoid<E: Element>(src: *const E, dst: *mut E, n: usize) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
                 unsafe { crate::math::activation::sigmoid_row(token(), src, dst, n) }
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn swish(src: *const f32, dst: *mut f32, n: usize) {
+            unsafe fn swish<E: Element>(src: *const E, dst: *mut E, n: usize) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
                 unsafe { crate::math::activation::swish_row(token(), src, dst, n) }
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn softmax(call: &SoftmaxCall) {
+            unsafe fn softmax<E: Element>(call: &SoftmaxCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::softmax::softmax_rows(token(), call) }
+            }
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn widen<E: Element>(src: *const E, dst: *mut f32, n: usize) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
+                unsafe { crate::math::map_row(token(), src, dst, n, crate::math::Identity) }
+            }
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn narrow<E: Element>(src: *const f32, dst: *mut E, n: usize) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
+                unsafe { crate::math::map_row(token(), src, dst, n, crate::math::Identity) }
             }
 
             $(#[target_feature(enable = $features)])?
@@ -91,12 +113,22 @@ macro_rules! isa_table {
                 unsafe { crate::norm::batch_norm_call(token(), call) }
             }
 
+            const fn entries<E: Element>() -> Entries<E> {
+                Entries {
+                    exp: exp::<E>,
+                    sigmoid: sigmoid::<E>,
+                    swish: swish::<E>,
+                    widen: widen::<E>,
+                    narrow: narrow::<E>,
+                    softmax: softmax::<E>,
+                }
+            }
+
             pub(crate) static TABLE: Table = Table {
                 isa: $isa,
-                exp,
-                sigmoid,
-                swish,
-                softmax,
+                f32: entries::<f32>(),
+                f16: entries::<f16>(),
+                bf16: entries::<bf16>(),
                 attention,
                 gau,
                 norm,
@@ -108,7 +140,7 @@ macro_rules! isa_table {
 
 isa_table!(scalar, Isa::Scalar, crate::simd::scalar::Scalar);
 #[cfg(target_arch = "x86_64")]
-isa_table!(avx2, Isa::Avx2, crate::simd::avx2::Avx2, features = "avx2,fma");
+isa_table!(avx2, Isa::Avx2, crate::simd::avx2::Avx2, features = "avx2,fma,f16c");
 #[cfg(target_arch = "x86_64")]
 isa_table!(
     avx512,
@@ -200,5 +232,10 @@ impl Kernels {
 
     pub(crate) fn table(&self) -> &'static Table {
         self.table
+    }
+
+    /// The entry points for tensors stored as `E`.
+    pub(crate) fn entries<E: Element>(&self) -> &'static Entries<E> {
+        E::entries(self.table)
     }
 }

@@ -8,7 +8,7 @@ use crate::Error;
 /// An instruction set the kernels are compiled for.
 ///
 /// - `Avx512` needs `avx512f`, `avx512bw`, `avx512dq`, `avx512vl` and `fma`.
-/// - `Avx2` needs `avx2` and `fma` (`f16c` too, for the half types of a later release).
+/// - `Avx2` needs `avx2`, `fma` and `f16c` (the binary16 conversions).
 /// - `Neon` is baseline on aarch64 and needs no detection.
 /// - `Scalar` is portable Rust and always available.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,7 +91,7 @@ fn x86_missing(isa: Isa) -> String {
         }};
     }
     let lacking = match isa {
-        Isa::Avx2 => missing!("avx2", "fma"),
+        Isa::Avx2 => missing!("avx2", "fma", "f16c"),
         _ => missing!("avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"),
     };
     if lacking.is_empty() {

@@ -29,6 +29,7 @@
 
 pub mod attention;
 mod dispatch;
+mod element;
 mod error;
 pub mod gau;
 mod gemm;
@@ -40,8 +41,12 @@ pub mod softmax;
 
 pub use attention::{AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, MaskShape};
 pub use dispatch::Kernels;
+pub use element::Element;
 pub use error::Error;
 pub use gau::{GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, Rope, ScoreScale};
+/// The `half` crate, whose [`f16`](half::f16) and [`bf16`](half::bf16) are the half storage
+/// types every kernel accepts.
+pub use half;
 pub use isa::{available_isas, best_isa, Isa};
 pub use norm::{
     add_layer_norm, add_layer_norm_inplace, add_layer_norm_with_stats, add_rms_norm, add_rms_norm_inplace, batch_norm,
@@ -56,55 +61,83 @@ fn with_detected<T>(f: impl FnOnce(Kernels) -> Result<T, Error>) -> Result<T, Er
     f(Kernels::detected()?)
 }
 
-/// Runs a row map of the table on `x` into `out` (or in place when `out` is `None`).
-fn map(f: unsafe fn(*const f32, *mut f32, usize), x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+/// Runs a row map of the table on `x` into `out`.
+fn map<A, B>(f: unsafe fn(*const A, *mut B, usize), x: &[A], out: &mut [B]) -> Result<(), Error> {
     if out.len() != x.len() {
         return Err(Error::shape("out", format!("length {} (as x)", x.len()), out.len()));
     }
-    // SAFETY: `f` comes from the table of a checked ISA; both slices hold `x.len()` floats.
+    // SAFETY: `f` comes from the table of a checked ISA; both slices hold `x.len()` elements.
     unsafe { f(x.as_ptr(), out.as_mut_ptr(), x.len()) };
     Ok(())
 }
 
 /// Runs a row map of the table on `x` in place.
-fn map_inplace(f: unsafe fn(*const f32, *mut f32, usize), x: &mut [f32]) {
+fn map_inplace<E>(f: unsafe fn(*const E, *mut E, usize), x: &mut [E]) {
     // SAFETY: as `map`; source and destination are the same slice.
     unsafe { f(x.as_ptr(), x.as_mut_ptr(), x.len()) };
 }
 
 impl Kernels {
     /// `out[i] = eˣⁱ`. See [`exp()`].
-    pub fn exp(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        map(self.table().exp, x, out)
+    pub fn exp<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        map(self.entries::<E>().exp, x, out)
     }
 
     /// `x[i] = eˣⁱ`, in place.
-    pub fn exp_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
-        map_inplace(self.table().exp, x);
+    pub fn exp_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        map_inplace(self.entries::<E>().exp, x);
         Ok(())
     }
 
     /// `out[i] = σ(xᵢ)`. See [`sigmoid()`].
-    pub fn sigmoid(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        map(self.table().sigmoid, x, out)
+    pub fn sigmoid<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        map(self.entries::<E>().sigmoid, x, out)
     }
 
     /// `x[i] = σ(xᵢ)`, in place.
-    pub fn sigmoid_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
-        map_inplace(self.table().sigmoid, x);
+    pub fn sigmoid_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        map_inplace(self.entries::<E>().sigmoid, x);
         Ok(())
     }
 
     /// `out[i] = swish(xᵢ)`. See [`swish()`].
-    pub fn swish(&self, x: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        map(self.table().swish, x, out)
+    pub fn swish<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        map(self.entries::<E>().swish, x, out)
     }
 
     /// `x[i] = swish(xᵢ)`, in place.
-    pub fn swish_inplace(&self, x: &mut [f32]) -> Result<(), Error> {
-        map_inplace(self.table().swish, x);
+    pub fn swish_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        map_inplace(self.entries::<E>().swish, x);
         Ok(())
     }
+
+    /// `out[i] = xᵢ` widened exactly to f32. See [`widen()`].
+    pub fn widen<E: Element>(&self, x: &[E], out: &mut [f32]) -> Result<(), Error> {
+        map(self.entries::<E>().widen, x, out)
+    }
+
+    /// `out[i] = xᵢ` rounded to `E`. See [`narrow()`].
+    pub fn narrow<E: Element>(&self, x: &[f32], out: &mut [E]) -> Result<(), Error> {
+        map(self.entries::<E>().narrow, x, out)
+    }
+}
+
+/// `out[i] = xᵢ` as f32: the exact widening of a storage type (see [`Element`]), with the
+/// ISA's conversion instructions. A copy for `E = f32`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn widen<E: Element>(x: &[E], out: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.widen(x, out))
+}
+
+/// `out[i] = xᵢ` rounded to nearest even in `E` (±∞ beyond its range, gradual underflow,
+/// NaN stays NaN), with the ISA's conversion instructions. A copy for `E = f32`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn narrow<E: Element>(x: &[f32], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.narrow(x, out))
 }
 
 /// `out[i] = eˣⁱ` for every element.
@@ -115,12 +148,12 @@ impl Kernels {
 ///
 /// # Errors
 /// [`Error::Shape`] naming `out` when its length differs from `x`'s.
-pub fn exp(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+pub fn exp<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.exp(x, out))
 }
 
 /// [`exp()`] in place.
-pub fn exp_inplace(x: &mut [f32]) -> Result<(), Error> {
+pub fn exp_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.exp_inplace(x))
 }
 
@@ -131,12 +164,12 @@ pub fn exp_inplace(x: &mut [f32]) -> Result<(), Error> {
 ///
 /// # Errors
 /// [`Error::Shape`] naming `out` when its length differs from `x`'s.
-pub fn sigmoid(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+pub fn sigmoid<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.sigmoid(x, out))
 }
 
 /// [`sigmoid()`] in place.
-pub fn sigmoid_inplace(x: &mut [f32]) -> Result<(), Error> {
+pub fn sigmoid_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.sigmoid_inplace(x))
 }
 
@@ -147,12 +180,12 @@ pub fn sigmoid_inplace(x: &mut [f32]) -> Result<(), Error> {
 ///
 /// # Errors
 /// [`Error::Shape`] naming `out` when its length differs from `x`'s.
-pub fn swish(x: &[f32], out: &mut [f32]) -> Result<(), Error> {
+pub fn swish<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.swish(x, out))
 }
 
 /// [`swish()`] in place.
-pub fn swish_inplace(x: &mut [f32]) -> Result<(), Error> {
+pub fn swish_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.swish_inplace(x))
 }
 
@@ -177,12 +210,12 @@ pub fn swish_inplace(x: &mut [f32]) -> Result<(), Error> {
 /// assert!((y[3] - 1.0 / 3.0).abs() < 1e-7);
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn softmax(x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+pub fn softmax<E: Element>(x: &[E], out: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
     with_detected(|k| k.softmax(x, out, n, opts))
 }
 
 /// [`softmax()`] in place.
-pub fn softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+pub fn softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
     with_detected(|k| k.softmax_inplace(x, n, opts))
 }
 
@@ -197,12 +230,12 @@ pub fn softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result
 ///
 /// # Errors
 /// As [`softmax()`].
-pub fn log_softmax(x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+pub fn log_softmax<E: Element>(x: &[E], out: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
     with_detected(|k| k.log_softmax(x, out, n, opts))
 }
 
 /// [`log_softmax()`] in place.
-pub fn log_softmax_inplace(x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+pub fn log_softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
     with_detected(|k| k.log_softmax_inplace(x, n, opts))
 }
 

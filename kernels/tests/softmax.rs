@@ -221,14 +221,17 @@ fn mask_hides_nan_and_is_broadcast() {
 fn empty_and_errors_name_the_argument() {
     let k = Kernels::best();
     let opts = SoftmaxOptions::default();
-    k.softmax(&[], &mut [], 0, &opts).unwrap();
-    k.softmax(&[], &mut [], 5, &opts).unwrap();
-    k.log_softmax_inplace(&mut [], 0, &opts).unwrap();
+    k.softmax::<f32>(&[], &mut [], 0, &opts).unwrap();
+    k.softmax::<f32>(&[], &mut [], 5, &opts).unwrap();
+    k.log_softmax_inplace::<f32>(&mut [], 0, &opts).unwrap();
     // An empty call is still checked.
-    assert_eq!(k.softmax(&[], &mut [0.0; 2], 0, &opts).unwrap_err().arg(), Some("out"));
+    assert_eq!(
+        k.softmax(&[], &mut [0.0f32; 2], 0, &opts).unwrap_err().arg(),
+        Some("out")
+    );
     let mask = [0.0; 3];
     assert_eq!(
-        k.softmax(
+        k.softmax::<f32>(
             &[],
             &mut [],
             0,
@@ -242,7 +245,7 @@ fn empty_and_errors_name_the_argument() {
         Some("mask")
     );
     assert_eq!(
-        k.softmax(
+        k.softmax::<f32>(
             &[],
             &mut [],
             4,
@@ -256,21 +259,21 @@ fn empty_and_errors_name_the_argument() {
         Some("scale")
     );
 
-    let err = k.softmax(&[1.0; 6], &mut [0.0; 6], 4, &opts).unwrap_err();
+    let err = k.softmax(&[1.0f32; 6], &mut [0.0f32; 6], 4, &opts).unwrap_err();
     assert_eq!(err.arg(), Some("x"));
     assert_eq!(
         err.to_string(),
         "`x`: expected a length that is a multiple of n = 4, got 6"
     );
-    let err = k.softmax(&[1.0; 6], &mut [0.0; 5], 3, &opts).unwrap_err();
+    let err = k.softmax(&[1.0f32; 6], &mut [0.0f32; 5], 3, &opts).unwrap_err();
     assert_eq!(err.to_string(), "`out`: expected length 6 (as x), got 5");
-    let err = k.softmax(&[1.0; 6], &mut [0.0; 6], 0, &opts).unwrap_err();
+    let err = k.softmax(&[1.0f32; 6], &mut [0.0f32; 6], 0, &opts).unwrap_err();
     assert_eq!(err.arg(), Some("n"));
     let mask = [0.0; 2];
     let err = k
         .log_softmax(
-            &[1.0; 6],
-            &mut [0.0; 6],
+            &[1.0f32; 6],
+            &mut [0.0f32; 6],
             3,
             &SoftmaxOptions {
                 mask: Some(&mask),
@@ -281,7 +284,7 @@ fn empty_and_errors_name_the_argument() {
     assert_eq!(err.to_string(), "`mask`: expected length 3 (n), got 2");
     for scale in [f32::NAN, f32::INFINITY] {
         let err = k
-            .softmax_inplace(&mut [1.0; 6], 3, &SoftmaxOptions { scale, ..opts })
+            .softmax_inplace(&mut [1.0f32; 6], 3, &SoftmaxOptions { scale, ..opts })
             .unwrap_err();
         assert!(matches!(err, Error::Param { arg: "scale", .. }), "{err}");
     }
@@ -289,7 +292,7 @@ fn empty_and_errors_name_the_argument() {
 
 #[test]
 fn free_functions_use_the_detected_isa() {
-    let x = [1.0, 2.0, 3.0];
+    let x = [1.0f32, 2.0, 3.0];
     let mut a = [0.0; 3];
     let mut b = [0.0; 3];
     kernels::softmax(&x, &mut a, 3, &Default::default()).unwrap();

@@ -12,6 +12,7 @@
 //! `swish(−∞) = −0` (the limit; `−∞/∞` would be NaN).
 
 use super::exp::exp_scaled;
+use crate::element::Element;
 use crate::simd::Simd;
 
 /// The power of two that keeps `e^−|x|` normal wherever `swish(x)` is.
@@ -72,7 +73,7 @@ impl<S: Simd> super::Map<S> for Swish {
 /// # Safety
 /// As [`super::map_row`].
 #[inline(always)]
-pub(crate) unsafe fn sigmoid_row<S: Simd>(s: S, src: *const f32, dst: *mut f32, n: usize) {
+pub(crate) unsafe fn sigmoid_row<S: Simd, E: Element>(s: S, src: *const E, dst: *mut E, n: usize) {
     // SAFETY: forwarded from the caller.
     unsafe { super::map_row(s, src, dst, n, Sigmoid) }
 }
@@ -82,7 +83,7 @@ pub(crate) unsafe fn sigmoid_row<S: Simd>(s: S, src: *const f32, dst: *mut f32, 
 /// # Safety
 /// As [`super::map_row`].
 #[inline(always)]
-pub(crate) unsafe fn swish_row<S: Simd>(s: S, src: *const f32, dst: *mut f32, n: usize) {
+pub(crate) unsafe fn swish_row<S: Simd, E: Element>(s: S, src: *const E, dst: *mut E, n: usize) {
     // SAFETY: forwarded from the caller.
     unsafe { super::map_row(s, src, dst, n, Swish) }
 }

@@ -27,6 +27,7 @@
 //! one-instruction `2ⁿ`, at the price of flushing results below 2⁻¹²⁶ (the smallest normal
 //! f32, reached near `x = −87.3`) to +0. Its error is the same for normal results.
 
+use crate::element::Element;
 use crate::simd::Simd;
 
 /// `ln 2` rounded to f32 (0x3f317218).
@@ -109,7 +110,7 @@ impl<S: Simd> super::Map<S> for Exp {
 /// # Safety
 /// As [`super::map_row`].
 #[inline(always)]
-pub(crate) unsafe fn exp_row<S: Simd>(s: S, src: *const f32, dst: *mut f32, n: usize) {
+pub(crate) unsafe fn exp_row<S: Simd, E: Element>(s: S, src: *const E, dst: *mut E, n: usize) {
     // SAFETY: forwarded from the caller.
     unsafe { super::map_row(s, src, dst, n, Exp) }
 }

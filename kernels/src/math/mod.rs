@@ -3,6 +3,7 @@
 pub(crate) mod activation;
 pub(crate) mod exp;
 
+use crate::element::Element;
 use crate::simd::Simd;
 
 /// An element-wise vector operation, for [`map_row`].
@@ -23,7 +24,19 @@ impl<S: Simd, F: Fn(S, S::V) -> S::V + Copy> Map<S> for F {
     }
 }
 
-/// Applies `f` to every vector of a row: `dst[i] = f(src[i])` for `i < n`.
+/// The identity map: [`map_row`] with it converts between storage types.
+#[derive(Clone, Copy)]
+pub(crate) struct Identity;
+
+impl<S: Simd> Map<S> for Identity {
+    #[inline(always)]
+    fn apply(self, _s: S, x: S::V) -> S::V {
+        x
+    }
+}
+
+/// Applies `f` to every vector of a row: `dst[i] = f(src[i])` for `i < n`, loading `A` and
+/// storing `B` (each element widened, then rounded once on store).
 ///
 /// Unrolled by four vectors so that the latency of `f` overlaps; the tail goes through a
 /// partial load and store and touches nothing past `n`. `src` may equal `dst` (in-place).
@@ -32,29 +45,42 @@ impl<S: Simd, F: Fn(S, S::V) -> S::V + Copy> Map<S> for F {
 /// `src..src + n` must be readable and `dst..dst + n` writable; if they overlap they must be
 /// equal.
 #[inline(always)]
-pub(crate) unsafe fn map_row<S: Simd>(s: S, src: *const f32, dst: *mut f32, n: usize, f: impl Map<S>) {
+pub(crate) unsafe fn map_row<S: Simd, A: Element, B: Element>(
+    s: S,
+    src: *const A,
+    dst: *mut B,
+    n: usize,
+    f: impl Map<S>,
+) {
     let lanes = S::LANES;
     let mut i = 0;
     // SAFETY (all blocks): every access covers lanes `i..i + LANES ≤ n`, or the `n − i`
     // lanes of a partial access, all inside the row.
     while i + 4 * lanes <= n {
         unsafe {
-            let v0 = f.apply(s, s.load(src.add(i)));
-            let v1 = f.apply(s, s.load(src.add(i + lanes)));
-            let v2 = f.apply(s, s.load(src.add(i + 2 * lanes)));
-            let v3 = f.apply(s, s.load(src.add(i + 3 * lanes)));
-            s.store(dst.add(i), v0);
-            s.store(dst.add(i + lanes), v1);
-            s.store(dst.add(i + 2 * lanes), v2);
-            s.store(dst.add(i + 3 * lanes), v3);
+            let v0 = f.apply(s, A::load(s, src.add(i)));
+            let v1 = f.apply(s, A::load(s, src.add(i + lanes)));
+            let v2 = f.apply(s, A::load(s, src.add(i + 2 * lanes)));
+            let v3 = f.apply(s, A::load(s, src.add(i + 3 * lanes)));
+            B::store(s, dst.add(i), v0);
+            B::store(s, dst.add(i + lanes), v1);
+            B::store(s, dst.add(i + 2 * lanes), v2);
+            B::store(s, dst.add(i + 3 * lanes), v3);
         }
         i += 4 * lanes;
     }
     while i + lanes <= n {
-        unsafe { s.store(dst.add(i), f.apply(s, s.load(src.add(i)))) };
+        unsafe { B::store(s, dst.add(i), f.apply(s, A::load(s, src.add(i)))) };
         i += lanes;
     }
     if i < n {
-        unsafe { s.store_partial(dst.add(i), n - i, f.apply(s, s.load_partial(src.add(i), n - i, 0.0))) };
+        unsafe {
+            B::store_partial(
+                s,
+                dst.add(i),
+                n - i,
+                f.apply(s, A::load_partial(s, src.add(i), n - i, 0.0)),
+            )
+        };
     }
 }

@@ -1,10 +1,12 @@
-//! AVX2 + FMA: 8 lanes of f32. Tails use `vmaskmovps`, which never faults on masked lanes.
+//! AVX2 + FMA + F16C: 8 lanes of f32. Tails use `vmaskmovps`, which never faults on masked
+//! lanes. binary16 converts with F16C (`vcvtph2ps`/`vcvtps2ph`); bfloat16 widens with a shift
+//! and narrows with the integer round-to-nearest-even recipe of [`bf16_rne`].
 
 use std::arch::x86_64::*;
 
 use super::{Simd, Token};
 
-/// Token proving the CPU has AVX2 and FMA.
+/// Token proving the CPU has AVX2, FMA and F16C.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Avx2(());
 
@@ -57,8 +59,27 @@ pub(crate) unsafe fn reduce_add_pd256(v: __m256d) -> f64 {
     }
 }
 
+/// The bfloat16 bits of each lane in the low half of its 32-bit lane, rounded to nearest
+/// even: add `0x7fff` plus the lowest kept bit, keep the high half. That carries into the
+/// exponent exactly as rounding should (up to ±∞ past the largest bfloat16), keeps
+/// subnormals (unlike AVX512-BF16's `vcvtneps2bf16`, which flushes them), and a NaN becomes
+/// the quiet NaN of its sign and high payload bits.
+#[inline(always)]
+fn bf16_rne(v: __m256) -> __m256i {
+    // SAFETY: AVX2 is implied by the callers' tokens.
+    unsafe {
+        let b = _mm256_castps_si256(v);
+        let high = _mm256_srli_epi32::<16>(b);
+        let lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
+        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb));
+        let quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
+        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+        _mm256_blendv_epi8(rounded, quiet, nan)
+    }
+}
+
 // SAFETY (for every `unsafe` block below that only touches registers): a value of `Avx2`
-// exists only once the CPU was checked for AVX2 and FMA.
+// exists only once the CPU was checked for AVX2, FMA and F16C.
 impl Simd for Avx2 {
     const LANES: usize = 8;
     type V = __m256;
@@ -92,6 +113,34 @@ impl Simd for Avx2 {
     unsafe fn store_partial(self, p: *mut f32, n: usize, v: __m256) {
         // SAFETY: only the first `n` lanes are written, and they are writable.
         unsafe { _mm256_maskstore_ps(p, tail_mask(n), v) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(self, p: *const u16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable values; F16C is part of the token.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_f16(self, p: *mut u16, v: __m256) {
+        // SAFETY: the caller guarantees 8 writable values; F16C is part of the token.
+        unsafe { _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v)) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable values.
+        unsafe {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+                p.cast(),
+            ))))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_bf16(self, p: *mut u16, v: __m256) {
+        // SAFETY: the caller guarantees 8 writable values.
+        unsafe {
+            let b = bf16_rne(v);
+            let packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256::<1>(b));
+            _mm_storeu_si128(p.cast(), packed)
+        }
     }
     #[inline(always)]
     fn add(self, a: __m256, b: __m256) -> __m256 {

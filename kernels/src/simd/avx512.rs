@@ -1,5 +1,7 @@
 //! AVX-512 (f, bw, dq, vl) + FMA: 16 lanes of f32. Tails use mask registers; `ldexp` is
-//! one `vscalefps`, which rounds once even into the subnormals.
+//! one `vscalefps`, which rounds once even into the subnormals. binary16 converts with
+//! `vcvtph2ps`/`vcvtps2ph`; bfloat16 narrows with the integer round-to-nearest-even recipe
+//! (not AVX512-BF16's `vcvtneps2bf16`, which flushes subnormal inputs and outputs to zero).
 
 use std::arch::x86_64::*;
 
@@ -20,6 +22,37 @@ impl Token for Avx512 {
 fn tail_mask(n: usize) -> __mmask16 {
     debug_assert!(n <= 16);
     ((1u32 << n) - 1) as __mmask16
+}
+
+/// binary16 bits of each lane, rounded to nearest even.
+#[inline(always)]
+fn f16_rne(v: __m512) -> __m256i {
+    // SAFETY: AVX-512 f is implied by the callers' tokens.
+    unsafe { _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v) }
+}
+
+/// The f32 values of 16 bfloat16 bit patterns (exact: a shift into the high half).
+#[inline(always)]
+fn bf16_widen(b: __m256i) -> __m512 {
+    // SAFETY: AVX-512 f is implied by the callers' tokens.
+    unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b))) }
+}
+
+/// bfloat16 bits of each lane, rounded to nearest even: the recipe of AVX2's `bf16_rne`
+/// (add `0x7fff` plus the lowest kept bit, keep the high half; NaN → quiet NaN), then
+/// `vpmovdw` to 16 bits.
+#[inline(always)]
+fn bf16_rne(v: __m512) -> __m256i {
+    // SAFETY: AVX-512 f is implied by the callers' tokens.
+    unsafe {
+        let b = _mm512_castps_si512(v);
+        let high = _mm512_srli_epi32::<16>(b);
+        let lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb));
+        let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet))
+    }
 }
 
 // SAFETY (for every `unsafe` block below that only touches registers): a value of `Avx512`
@@ -53,6 +86,52 @@ impl Simd for Avx512 {
     unsafe fn store_partial(self, p: *mut f32, n: usize, v: __m512) {
         // SAFETY: only the first `n` lanes are written, and they are writable.
         unsafe { _mm512_mask_storeu_ps(p, tail_mask(n), v) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(self, p: *const u16) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable values.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_f16(self, p: *mut u16, v: __m512) {
+        // SAFETY: the caller guarantees 16 writable values.
+        unsafe { _mm256_storeu_si256(p.cast(), f16_rne(v)) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable values.
+        unsafe { bf16_widen(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_bf16(self, p: *mut u16, v: __m512) {
+        // SAFETY: the caller guarantees 16 writable values.
+        unsafe { _mm256_storeu_si256(p.cast(), bf16_rne(v)) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial_f16(self, p: *const u16, n: usize, fill: f32) -> __m512 {
+        // SAFETY: masked-off lanes are neither read nor faulted on (AVX-512 bw + vl).
+        unsafe {
+            let v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p.cast()));
+            _mm512_mask_blend_ps(tail_mask(n), _mm512_set1_ps(fill), v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_partial_f16(self, p: *mut u16, n: usize, v: __m512) {
+        // SAFETY: only the first `n` values are written, and they are writable.
+        unsafe { _mm256_mask_storeu_epi16(p.cast(), tail_mask(n), f16_rne(v)) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial_bf16(self, p: *const u16, n: usize, fill: f32) -> __m512 {
+        // SAFETY: as `load_partial_f16`.
+        unsafe {
+            let v = bf16_widen(_mm256_maskz_loadu_epi16(tail_mask(n), p.cast()));
+            _mm512_mask_blend_ps(tail_mask(n), _mm512_set1_ps(fill), v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_partial_bf16(self, p: *mut u16, n: usize, v: __m512) {
+        // SAFETY: as `store_partial_f16`.
+        unsafe { _mm256_mask_storeu_epi16(p.cast(), tail_mask(n), bf16_rne(v)) }
     }
     #[inline(always)]
     fn add(self, a: __m512, b: __m512) -> __m512 {

@@ -59,6 +59,93 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// `p..p + n` must be writable.
     unsafe fn store_partial(self, p: *mut f32, n: usize, v: Self::V);
 
+    /// Loads `LANES` IEEE binary16 values (given by their bits), widened exactly.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load_f16(self, p: *const u16) -> Self::V;
+
+    /// Stores `LANES` lanes as binary16, rounded to nearest even (overflow to ±∞, gradual
+    /// underflow through the f16 subnormals, NaN stays NaN).
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be writable.
+    unsafe fn store_f16(self, p: *mut u16, v: Self::V);
+
+    /// Loads `LANES` bfloat16 values (given by their bits), widened exactly.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load_bf16(self, p: *const u16) -> Self::V;
+
+    /// Stores `LANES` lanes as bfloat16, rounded to nearest even (subnormals kept, NaN stays
+    /// a quiet NaN of the same sign).
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be writable.
+    unsafe fn store_bf16(self, p: *mut u16, v: Self::V);
+
+    /// [`Simd::load_f16`] of the first `n < LANES` values, `fill` elsewhere. Never touches
+    /// memory past `p + n`. The default goes through a stack buffer.
+    ///
+    /// # Safety
+    /// `p..p + n` must be readable.
+    #[inline(always)]
+    unsafe fn load_partial_f16(self, p: *const u16, n: usize, fill: f32) -> Self::V {
+        // SAFETY: forwarded; the buffer holds `MAX_LANES ≥ LANES` values.
+        unsafe {
+            self.select(
+                self.first_lanes(n),
+                self.load_f16(stage_in(p, n).as_ptr()),
+                self.splat(fill),
+            )
+        }
+    }
+
+    /// [`Simd::store_f16`] of the first `n < LANES` lanes. Never touches memory past `p + n`.
+    ///
+    /// # Safety
+    /// `p..p + n` must be writable.
+    #[inline(always)]
+    unsafe fn store_partial_f16(self, p: *mut u16, n: usize, v: Self::V) {
+        let mut buf = [0u16; MAX_LANES];
+        // SAFETY: the buffer holds `MAX_LANES ≥ LANES` values; `n` of them go to `p`.
+        unsafe {
+            self.store_f16(buf.as_mut_ptr(), v);
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), p, n);
+        }
+    }
+
+    /// [`Simd::load_bf16`] of the first `n < LANES` values, `fill` elsewhere.
+    ///
+    /// # Safety
+    /// `p..p + n` must be readable.
+    #[inline(always)]
+    unsafe fn load_partial_bf16(self, p: *const u16, n: usize, fill: f32) -> Self::V {
+        // SAFETY: as `load_partial_f16`.
+        unsafe {
+            self.select(
+                self.first_lanes(n),
+                self.load_bf16(stage_in(p, n).as_ptr()),
+                self.splat(fill),
+            )
+        }
+    }
+
+    /// [`Simd::store_bf16`] of the first `n < LANES` lanes.
+    ///
+    /// # Safety
+    /// `p..p + n` must be writable.
+    #[inline(always)]
+    unsafe fn store_partial_bf16(self, p: *mut u16, n: usize, v: Self::V) {
+        let mut buf = [0u16; MAX_LANES];
+        // SAFETY: as `store_partial_f16`.
+        unsafe {
+            self.store_bf16(buf.as_mut_ptr(), v);
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), p, n);
+        }
+    }
+
     fn add(self, a: Self::V, b: Self::V) -> Self::V;
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
@@ -105,6 +192,22 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn any(self, m: Self::M) -> bool;
     /// The lanes with index `< n` (for `n ≤ LANES`).
     fn first_lanes(self, n: usize) -> Self::M;
+}
+
+/// The widest vector of any ISA, in f32 lanes.
+pub(crate) const MAX_LANES: usize = 16;
+
+/// The first `n` 16-bit values at `p`, zero-padded to a full vector.
+///
+/// # Safety
+/// `p..p + n` must be readable, `n ≤ MAX_LANES`.
+#[inline(always)]
+unsafe fn stage_in(p: *const u16, n: usize) -> [u16; MAX_LANES] {
+    debug_assert!(n <= MAX_LANES);
+    let mut buf = [0u16; MAX_LANES];
+    // SAFETY: `n` values are readable at `p` and fit the buffer.
+    unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), n) };
+    buf
 }
 
 /// The token of one ISA: a value of this type exists only where the CPU has the ISA.

@@ -1,5 +1,8 @@
 //! aarch64 Advanced SIMD: 4 lanes of f32. NEON has no masked loads, so tails go through a
-//! padded stack buffer of one vector.
+//! padded stack buffer of one vector. binary16 converts with `fcvtl`/`fcvtn` (inline
+//! assembly: the f16 intrinsics are not stable Rust), which round to nearest even under the
+//! default FPCR; bfloat16 widens with a shift and narrows with the integer
+//! round-to-nearest-even recipe of the x86 paths.
 
 use std::arch::aarch64::*;
 
@@ -58,6 +61,43 @@ impl Simd for Neon {
         unsafe {
             vst1q_f32(buf.as_mut_ptr(), v);
             std::ptr::copy_nonoverlapping(buf.as_ptr(), p, n);
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(self, p: *const u16) -> float32x4_t {
+        // SAFETY: the caller guarantees 4 readable values; `fcvtl` only touches registers.
+        unsafe {
+            let h = vld1_u16(p);
+            let r: float32x4_t;
+            std::arch::asm!("fcvtl {0:v}.4s, {1:v}.4h", out(vreg) r, in(vreg) h, options(pure, nomem, nostack, preserves_flags));
+            r
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_f16(self, p: *mut u16, v: float32x4_t) {
+        // SAFETY: the caller guarantees 4 writable values; `fcvtn` only touches registers.
+        unsafe {
+            let h: uint16x4_t;
+            std::arch::asm!("fcvtn {0:v}.4h, {1:v}.4s", out(vreg) h, in(vreg) v, options(pure, nomem, nostack, preserves_flags));
+            vst1_u16(p, h)
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> float32x4_t {
+        // SAFETY: the caller guarantees 4 readable values.
+        unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p))) }
+    }
+    #[inline(always)]
+    unsafe fn store_bf16(self, p: *mut u16, v: float32x4_t) {
+        // SAFETY: the caller guarantees 4 writable values.
+        unsafe {
+            let b = vreinterpretq_u32_f32(v);
+            let high = vshrq_n_u32::<16>(b);
+            let lsb = vandq_u32(high, vdupq_n_u32(1));
+            let rounded = vshrq_n_u32::<16>(vaddq_u32(vaddq_u32(b, vdupq_n_u32(0x7fff)), lsb));
+            let quiet = vorrq_u32(high, vdupq_n_u32(0x40));
+            let nan = vmvnq_u32(vceqq_f32(v, v));
+            vst1_u16(p, vmovn_u32(vbslq_u32(nan, quiet, rounded)))
         }
     }
     #[inline(always)]

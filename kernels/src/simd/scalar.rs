@@ -43,6 +43,44 @@ impl Simd for Scalar {
         debug_assert_eq!(n, 0);
     }
     #[inline(always)]
+    unsafe fn load_f16(self, p: *const u16) -> f32 {
+        // SAFETY: the caller guarantees `p` is readable.
+        half::f16::from_bits(unsafe { p.read_unaligned() }).to_f32()
+    }
+    #[inline(always)]
+    unsafe fn store_f16(self, p: *mut u16, v: f32) {
+        // SAFETY: the caller guarantees `p` is writable.
+        unsafe { p.write_unaligned(half::f16::from_f32(v).to_bits()) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> f32 {
+        // SAFETY: the caller guarantees `p` is readable.
+        half::bf16::from_bits(unsafe { p.read_unaligned() }).to_f32()
+    }
+    #[inline(always)]
+    unsafe fn store_bf16(self, p: *mut u16, v: f32) {
+        // SAFETY: the caller guarantees `p` is writable.
+        unsafe { p.write_unaligned(half::bf16::from_f32(v).to_bits()) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial_f16(self, _p: *const u16, n: usize, fill: f32) -> f32 {
+        debug_assert_eq!(n, 0);
+        fill
+    }
+    #[inline(always)]
+    unsafe fn store_partial_f16(self, _p: *mut u16, n: usize, _v: f32) {
+        debug_assert_eq!(n, 0);
+    }
+    #[inline(always)]
+    unsafe fn load_partial_bf16(self, _p: *const u16, n: usize, fill: f32) -> f32 {
+        debug_assert_eq!(n, 0);
+        fill
+    }
+    #[inline(always)]
+    unsafe fn store_partial_bf16(self, _p: *mut u16, n: usize, _v: f32) {
+        debug_assert_eq!(n, 0);
+    }
+    #[inline(always)]
     fn add(self, a: f32, b: f32) -> f32 {
         a + b
     }

@@ -45,7 +45,10 @@
 //!
 //! Three sweeps over a row, which stays in L1 or L2 between them: the max; `exp(z − m)`
 //! stored (softmax only) and summed; the scaling by `1/d` (softmax) or the subtraction of
-//! `m + ln d` (log-softmax, recomputing `z` rather than storing it). Only the first read of
+//! `m + ln d` (log-softmax, recomputing `z` rather than storing it). For f32 rows, `exp(z − m)`
+//! is stored in `y` itself; for f16/bf16 rows it goes to an f32 stack buffer (rows of up to
+//! 8192 elements) so that `y` is rounded only once, and longer rows recompute it in the third
+//! sweep (the same bits, so every path gives the same result). Only the first read of
 //! `x` and the last write of `y` reach memory for rows that fit in cache, and for rows of 512
 //! floats or more the second sweep prefetches the next row's `x` and `y`, so that their
 //! memory traffic overlaps this row's arithmetic.
@@ -55,10 +58,12 @@
 //! cannot see is a row whose only unmasked entries are NaN (the max is then −∞); the
 //! fully-masked branch checks for it.
 
+use std::mem::{size_of, MaybeUninit};
+
 use crate::dispatch::Kernels;
 use crate::math::exp::exp_nonpositive;
 use crate::simd::Simd;
-use crate::Error;
+use crate::{Element, Error};
 
 /// What a row with every entry masked (−∞) becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,9 +99,9 @@ impl Default for SoftmaxOptions<'_> {
 
 /// A validated call, in the raw form the per-ISA entry points take.
 #[derive(Clone, Copy)]
-pub(crate) struct SoftmaxCall {
-    pub src: *const f32,
-    pub dst: *mut f32,
+pub(crate) struct SoftmaxCall<E> {
+    pub src: *const E,
+    pub dst: *mut E,
     pub rows: usize,
     pub n: usize,
     pub scale: f32,
@@ -134,7 +139,15 @@ fn validate(len: usize, out_len: Option<usize>, n: usize, opts: &SoftmaxOptions)
 }
 
 impl Kernels {
-    fn softmax_call(&self, src: *const f32, dst: *mut f32, rows: usize, n: usize, opts: &SoftmaxOptions, log: bool) {
+    fn softmax_call<E: Element>(
+        &self,
+        src: *const E,
+        dst: *mut E,
+        rows: usize,
+        n: usize,
+        opts: &SoftmaxOptions,
+        log: bool,
+    ) {
         let call = SoftmaxCall {
             src,
             dst,
@@ -148,19 +161,19 @@ impl Kernels {
         if rows > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; the pointers cover
             // `rows·n` elements (and `n` of mask), as `validate` checked.
-            unsafe { (self.table().softmax)(&call) }
+            unsafe { (self.entries::<E>().softmax)(&call) }
         }
     }
 
     /// Softmax of each row of `x` (`[rows, n]`) into `out`. See [`softmax`](crate::softmax()).
-    pub fn softmax(&self, x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    pub fn softmax<E: Element>(&self, x: &[E], out: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), Some(out.len()), n, opts)?;
         self.softmax_call(x.as_ptr(), out.as_mut_ptr(), rows, n, opts, false);
         Ok(())
     }
 
     /// Softmax of each row of `x` (`[rows, n]`), in place.
-    pub fn softmax_inplace(&self, x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    pub fn softmax_inplace<E: Element>(&self, x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), None, n, opts)?;
         self.softmax_call(x.as_ptr(), x.as_mut_ptr(), rows, n, opts, false);
         Ok(())
@@ -168,14 +181,20 @@ impl Kernels {
 
     /// Log-softmax of each row of `x` (`[rows, n]`) into `out`. See
     /// [`log_softmax`](crate::log_softmax()).
-    pub fn log_softmax(&self, x: &[f32], out: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    pub fn log_softmax<E: Element>(
+        &self,
+        x: &[E],
+        out: &mut [E],
+        n: usize,
+        opts: &SoftmaxOptions,
+    ) -> Result<(), Error> {
         let rows = validate(x.len(), Some(out.len()), n, opts)?;
         self.softmax_call(x.as_ptr(), out.as_mut_ptr(), rows, n, opts, true);
         Ok(())
     }
 
     /// Log-softmax of each row of `x` (`[rows, n]`), in place.
-    pub fn log_softmax_inplace(&self, x: &mut [f32], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    pub fn log_softmax_inplace<E: Element>(&self, x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), None, n, opts)?;
         self.softmax_call(x.as_ptr(), x.as_mut_ptr(), rows, n, opts, true);
         Ok(())
@@ -188,59 +207,73 @@ impl Kernels {
 /// `call` must be validated: `src`/`dst` cover `rows·n` floats (equal if they overlap), `mask`
 /// is null or covers `n`.
 #[inline(always)]
-pub(crate) unsafe fn softmax_rows<S: Simd>(s: S, call: &SoftmaxCall) {
+pub(crate) unsafe fn softmax_rows<S: Simd, E: Element>(s: S, call: &SoftmaxCall<E>) {
     let masked = !call.mask.is_null();
     let scaled = call.scale != 1.0;
     // SAFETY: forwarded from the caller.
     unsafe {
         match (masked, scaled, call.log) {
-            (false, false, false) => rows::<S, false, false, false>(s, call),
-            (false, false, true) => rows::<S, false, false, true>(s, call),
-            (false, true, false) => rows::<S, false, true, false>(s, call),
-            (false, true, true) => rows::<S, false, true, true>(s, call),
-            (true, false, false) => rows::<S, true, false, false>(s, call),
-            (true, false, true) => rows::<S, true, false, true>(s, call),
-            (true, true, false) => rows::<S, true, true, false>(s, call),
-            (true, true, true) => rows::<S, true, true, true>(s, call),
+            (false, false, false) => rows::<S, E, false, false, false>(s, call),
+            (false, false, true) => rows::<S, E, false, false, true>(s, call),
+            (false, true, false) => rows::<S, E, false, true, false>(s, call),
+            (false, true, true) => rows::<S, E, false, true, true>(s, call),
+            (true, false, false) => rows::<S, E, true, false, false>(s, call),
+            (true, false, true) => rows::<S, E, true, false, true>(s, call),
+            (true, true, false) => rows::<S, E, true, true, false>(s, call),
+            (true, true, true) => rows::<S, E, true, true, true>(s, call),
         }
     }
 }
 
+/// Rows of half-typed softmax at most this long keep `exp(z − m)` in an f32 stack buffer
+/// (32 KiB, within L1) between the second and third sweeps; longer ones recompute it.
+const SCRATCH: usize = 8192;
+
 #[inline(always)]
-unsafe fn rows<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(s: S, call: &SoftmaxCall) {
+unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(s: S, call: &SoftmaxCall<E>) {
     let n = call.n;
+    let mut scratch = MaybeUninit::<[f32; SCRATCH]>::uninit();
+    // Where sweep 2 keeps `exp(z − m)`: `y` itself for f32, the stack buffer for a half type
+    // when the row fits, nowhere (recomputed) otherwise.
+    let buffer: *mut f32 = if n <= SCRATCH {
+        scratch.as_mut_ptr().cast()
+    } else {
+        std::ptr::null_mut()
+    };
     for r in 0..call.rows {
         // The next row's lines, fetched during this row's compute-bound sweep, so that memory
         // traffic overlaps the arithmetic instead of following it. Short rows are left to the
         // hardware prefetchers.
         let ahead = if r + 1 < call.rows && n >= PREFETCH_MIN_LEN {
             [
-                call.src.wrapping_add((r + 1) * n),
-                call.dst.wrapping_add((r + 1) * n).cast_const(),
+                call.src.wrapping_add((r + 1) * n).cast::<u8>(),
+                call.dst.wrapping_add((r + 1) * n).cast_const().cast::<u8>(),
             ]
         } else {
             [std::ptr::null(); 2]
         };
         // SAFETY: row `r` lies inside the `rows·n` elements the caller vouched for.
         unsafe {
-            let z = Scores::<S, MASK, SCALE> {
+            let z = Scores::<S, E, MASK, SCALE> {
                 x: call.src.add(r * n),
                 mask: call.mask,
                 scale: s.splat(call.scale),
             };
-            row::<S, MASK, SCALE, LOG>(s, z, call.dst.add(r * n), n, call.masked_rows, ahead);
+            let y = call.dst.add(r * n);
+            let exps = if E::IS_F32 { y.cast() } else { buffer };
+            row::<S, E, MASK, SCALE, LOG>(s, z, y, exps, n, call.masked_rows, ahead);
         }
     }
 }
 
 /// The scores `z` of one row, computed from `x` (and the mask) on the fly.
-struct Scores<S: Simd, const MASK: bool, const SCALE: bool> {
-    x: *const f32,
+struct Scores<S: Simd, E, const MASK: bool, const SCALE: bool> {
+    x: *const E,
     mask: *const f32,
     scale: S::V,
 }
 
-impl<S: Simd, const MASK: bool, const SCALE: bool> Scores<S, MASK, SCALE> {
+impl<S: Simd, E: Element, const MASK: bool, const SCALE: bool> Scores<S, E, MASK, SCALE> {
     #[inline(always)]
     fn combine(&self, s: S, x: S::V, mask: S::V) -> S::V {
         let neg_inf = s.splat(f32::NEG_INFINITY);
@@ -268,7 +301,7 @@ impl<S: Simd, const MASK: bool, const SCALE: bool> Scores<S, MASK, SCALE> {
         // SAFETY: in bounds by the caller's promise.
         unsafe {
             let mask = if MASK { s.load(self.mask.add(i)) } else { s.splat(0.0) };
-            self.combine(s, s.load(self.x.add(i)), mask)
+            self.combine(s, E::load(s, self.x.add(i)), mask)
         }
     }
 
@@ -285,7 +318,7 @@ impl<S: Simd, const MASK: bool, const SCALE: bool> Scores<S, MASK, SCALE> {
             } else {
                 s.splat(0.0)
             };
-            let z = self.combine(s, s.load_partial(self.x.add(i), len, 0.0), mask);
+            let z = self.combine(s, E::load_partial(s, self.x.add(i), len, 0.0), mask);
             s.select(s.first_lanes(len), z, s.splat(f32::NEG_INFINITY))
         }
     }
@@ -299,19 +332,23 @@ const PREFETCH_MIN_LEN: usize = 512;
 /// error of the sum by `(8 − 1) + 2 + log₂ LANES` roundings, whatever `n` is.
 const CHUNK_STEPS: usize = 8;
 
-/// One row: `y = softmax(z)` or `log_softmax(z)`.
+/// One row: `y = softmax(z)` or `log_softmax(z)`, keeping `exp(z − m)` in `exps` between
+/// sweeps 2 and 3 (recomputing it when `exps` is null).
 ///
 /// # Safety
-/// `z` covers `n` elements; `y` covers `n` writable elements, equal to `z.x` if they overlap.
+/// `z` covers `n` elements; `y` covers `n` writable elements, equal to `z.x` if they overlap;
+/// `exps` is null or covers `n` writable floats, and is `y` itself or disjoint from `z`.
 #[inline(always)]
-unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
+unsafe fn row<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
     s: S,
-    z: Scores<S, MASK, SCALE>,
-    y: *mut f32,
+    z: Scores<S, E, MASK, SCALE>,
+    y: *mut E,
+    exps: *mut f32,
     n: usize,
     policy: MaskedRows,
-    ahead: [*const f32; 2],
+    ahead: [*const u8; 2],
 ) {
+    let keep = !LOG && !exps.is_null();
     let lanes = S::LANES;
     let neg_inf = s.splat(f32::NEG_INFINITY);
     let main = n - n % (4 * lanes);
@@ -350,14 +387,14 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
     while i < main {
         for p in ahead.into_iter().filter(|p| !p.is_null()) {
             // One hint per 64-byte line of the 4 vectors this step covers.
-            for line in (0..4 * lanes).step_by(16) {
-                s.prefetch(p.wrapping_add(i + line));
+            for line in (0..4 * lanes).step_by(64 / size_of::<E>()) {
+                s.prefetch(p.wrapping_add((i + line) * size_of::<E>()).cast());
             }
         }
         for (k, a) in acc.iter_mut().enumerate() {
             let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i + k * lanes) }, mv));
-            if !LOG {
-                unsafe { s.store(y.add(i + k * lanes), e) };
+            if keep {
+                unsafe { s.store(exps.add(i + k * lanes), e) };
             }
             *a = s.add(*a, e);
         }
@@ -373,8 +410,8 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
     let mut k = 0;
     while i + lanes <= n {
         let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i) }, mv));
-        if !LOG {
-            unsafe { s.store(y.add(i), e) };
+        if keep {
+            unsafe { s.store(exps.add(i), e) };
         }
         acc[k] = e;
         k += 1;
@@ -382,8 +419,8 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
     }
     if i < n {
         let e = exp_nonpositive(s, s.sub(unsafe { z.partial(s, i, n - i) }, mv));
-        if !LOG {
-            unsafe { s.store_partial(y.add(i), n - i, e) };
+        if keep {
+            unsafe { s.store_partial(exps.add(i), n - i, e) };
         }
         acc[k] = e;
     }
@@ -396,16 +433,47 @@ unsafe fn row<S: Simd, const MASK: bool, const SCALE: bool, const LOG: bool>(
         // SAFETY: as the sweeps; `x` was not written (log-softmax stores nothing in sweep 2).
         i = 0;
         while i + lanes <= n {
-            unsafe { s.store(y.add(i), s.sub(s.sub(z.full(s, i), mv), ln_d)) };
+            unsafe { E::store(s, y.add(i), s.sub(s.sub(z.full(s, i), mv), ln_d)) };
             i += lanes;
         }
         if i < n {
-            unsafe { s.store_partial(y.add(i), n - i, s.sub(s.sub(z.partial(s, i, n - i), mv), ln_d)) };
+            unsafe { E::store_partial(s, y.add(i), n - i, s.sub(s.sub(z.partial(s, i, n - i), mv), ln_d)) };
         }
     } else {
         let inv = s.splat((1.0 / total) as f32);
-        // SAFETY: `y` holds the `n` values of sweep 2.
-        unsafe { crate::math::map_row(s, y, y, n, |s: S, e: S::V| s.mul(e, inv)) };
+        if keep {
+            // SAFETY: `exps` holds the `n` values of sweep 2 (it is `y` itself for f32).
+            unsafe { crate::math::map_row(s, exps.cast_const(), y, n, |s: S, e: S::V| s.mul(e, inv)) };
+        } else {
+            // SAFETY: as the sweeps.
+            unsafe { recompute(s, &z, y, n, mv, inv) };
+        }
+    }
+}
+
+/// Sweep 3 without stored exponentials: `y = exp(z − m)·inv`, the same bits as sweep 2's.
+///
+/// # Safety
+/// As [`row`].
+#[inline(always)]
+unsafe fn recompute<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    y: *mut E,
+    n: usize,
+    mv: S::V,
+    inv: S::V,
+) {
+    let lanes = S::LANES;
+    let mut i = 0;
+    // SAFETY: full accesses have `i + LANES ≤ n`, the partial one `i + len = n`.
+    while i + lanes <= n {
+        unsafe { E::store(s, y.add(i), s.mul(exp_nonpositive(s, s.sub(z.full(s, i), mv)), inv)) };
+        i += lanes;
+    }
+    if i < n {
+        let e = exp_nonpositive(s, s.sub(unsafe { z.partial(s, i, n - i) }, mv));
+        unsafe { E::store_partial(s, y.add(i), n - i, s.mul(e, inv)) };
     }
 }
 
@@ -423,10 +491,10 @@ fn reduce_sum<S: Simd>(s: S, acc: &mut [S::V; 4]) -> f64 {
 /// # Safety
 /// As [`row`].
 #[inline(always)]
-unsafe fn masked_row<S: Simd, const MASK: bool, const SCALE: bool>(
+unsafe fn masked_row<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
     s: S,
-    z: &Scores<S, MASK, SCALE>,
-    y: *mut f32,
+    z: &Scores<S, E, MASK, SCALE>,
+    y: *mut E,
     n: usize,
     policy: MaskedRows,
     log: bool,
@@ -448,5 +516,5 @@ unsafe fn masked_row<S: Simd, const MASK: bool, const SCALE: bool>(
         (false, MaskedRows::Zero, true) => f32::NEG_INFINITY,
     };
     // SAFETY: `y` covers `n` writable elements.
-    unsafe { std::slice::from_raw_parts_mut(y, n).fill(fill) };
+    unsafe { std::slice::from_raw_parts_mut(y, n).fill(E::from_f32(fill)) };
 }

@@ -1,0 +1,254 @@
+//! Storage types: every kernel reads and writes `f32`, `half::f16` or `half::bf16` tensors.
+//!
+//! The element type is only how a tensor is *stored*. Kernels widen each input element to
+//! f32 exactly as they load it (binary16 and bfloat16 are subsets of f32), compute and
+//! accumulate in f32 exactly as the f32 kernel does, and round each output element once, to
+//! nearest even, as they store it. No arithmetic happens in half precision, so a half-typed
+//! kernel's error bound is its f32 bound plus that one rounding (`2⁻¹¹` relative for f16,
+//! `2⁻⁸` for bf16, and gradual underflow through the type's subnormals; an f32 result beyond
+//! the type's range, such as `|y| > 65504` for f16, becomes ±∞).
+//!
+//! The conversions are the ISA's own instructions: F16C on AVX2, the AVX-512 binary16
+//! conversions, `fcvtl`/`fcvtn` on NEON, and `half` on the scalar path. bfloat16 widens with a
+//! shift and narrows with an integer round-to-nearest-even that keeps subnormals (AVX512-BF16's
+//! `vcvtneps2bf16` flushes them to zero, so it is not used). NaN stays NaN.
+//!
+//! Parameters that engines keep in f32 stay f32 whatever the tensors' type: masks, carried
+//! attention scores, γ/β/gains and biases of the norms, running statistics and per-row
+//! statistics, and the GAU weights. The API is one generic function per kernel:
+//!
+//! ```
+//! use half::f16;
+//!
+//! let x: Vec<f16> = [1.0f32, 2.0, 3.0].iter().map(|&v| f16::from_f32(v)).collect();
+//! let mut y = vec![f16::ZERO; 3];
+//! kernels::softmax(&x, &mut y, 3, &Default::default())?;
+//! assert!((y[2].to_f32() - 0.665).abs() < 1e-3);
+//! # Ok::<(), kernels::Error>(())
+//! ```
+
+use std::fmt::Debug;
+
+use half::{bf16, f16};
+
+use crate::dispatch::{Entries, Table};
+use crate::simd::Simd;
+
+/// A storage type of tensors: `f32`, [`half::f16`] or [`half::bf16`]. Sealed.
+pub trait Element: sealed::Sealed + Copy + Default + PartialEq + Debug + Send + Sync + 'static {
+    /// The type's name in reports and messages: `"f32"`, `"f16"` or `"bf16"`.
+    const NAME: &'static str;
+    /// The value, widened exactly.
+    fn to_f32(self) -> f32;
+    /// `x` rounded to nearest even (±∞ beyond the type's range, NaN stays NaN).
+    fn from_f32(x: f32) -> Self;
+}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// The per-ISA vector loads and stores of a storage type, and its entry points in a
+    /// dispatch table. Private: the set of element types is closed.
+    #[allow(private_bounds, private_interfaces)]
+    pub trait Sealed: Sized {
+        /// Whether this is `f32` itself (a kernel may then keep intermediates in the output).
+        const IS_F32: bool;
+        /// # Safety
+        /// `p..p + LANES` must be readable.
+        unsafe fn load<S: Simd>(s: S, p: *const Self) -> S::V;
+        /// # Safety
+        /// `p..p + LANES` must be writable.
+        unsafe fn store<S: Simd>(s: S, p: *mut Self, v: S::V);
+        /// # Safety
+        /// `p..p + n` must be readable, `n < LANES`.
+        unsafe fn load_partial<S: Simd>(s: S, p: *const Self, n: usize, fill: f32) -> S::V;
+        /// # Safety
+        /// `p..p + n` must be writable, `n < LANES`.
+        unsafe fn store_partial<S: Simd>(s: S, p: *mut Self, n: usize, v: S::V);
+        /// The entry points of `table` for this type.
+        fn entries(table: &'static Table) -> &'static Entries<Self>;
+    }
+}
+
+impl Element for f32 {
+    const NAME: &'static str = "f32";
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl Element for f16 {
+    const NAME: &'static str = "f16";
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+
+impl Element for bf16 {
+    const NAME: &'static str = "bf16";
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+}
+
+#[allow(private_bounds, private_interfaces)]
+impl sealed::Sealed for f32 {
+    const IS_F32: bool = true;
+    #[inline(always)]
+    unsafe fn load<S: Simd>(s: S, p: *const f32) -> S::V {
+        // SAFETY: forwarded.
+        unsafe { s.load(p) }
+    }
+    #[inline(always)]
+    unsafe fn store<S: Simd>(s: S, p: *mut f32, v: S::V) {
+        // SAFETY: forwarded.
+        unsafe { s.store(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_partial<S: Simd>(s: S, p: *const f32, n: usize, fill: f32) -> S::V {
+        // SAFETY: forwarded.
+        unsafe { s.load_partial(p, n, fill) }
+    }
+    #[inline(always)]
+    unsafe fn store_partial<S: Simd>(s: S, p: *mut f32, n: usize, v: S::V) {
+        // SAFETY: forwarded.
+        unsafe { s.store_partial(p, n, v) }
+    }
+    fn entries(table: &'static Table) -> &'static Entries<f32> {
+        &table.f32
+    }
+}
+
+/// Implements `Sealed` for a 16-bit type through the `Simd` methods with the given suffix.
+macro_rules! sealed_16 {
+    ($t:ty, $field:ident, $load:ident, $store:ident, $load_partial:ident, $store_partial:ident) => {
+        #[allow(private_bounds, private_interfaces)]
+        impl sealed::Sealed for $t {
+            const IS_F32: bool = false;
+            #[inline(always)]
+            unsafe fn load<S: Simd>(s: S, p: *const $t) -> S::V {
+                // SAFETY: forwarded; the type is a `repr(transparent)` u16.
+                unsafe { s.$load(p.cast()) }
+            }
+            #[inline(always)]
+            unsafe fn store<S: Simd>(s: S, p: *mut $t, v: S::V) {
+                // SAFETY: as `load`.
+                unsafe { s.$store(p.cast(), v) }
+            }
+            #[inline(always)]
+            unsafe fn load_partial<S: Simd>(s: S, p: *const $t, n: usize, fill: f32) -> S::V {
+                // SAFETY: as `load`.
+                unsafe { s.$load_partial(p.cast(), n, fill) }
+            }
+            #[inline(always)]
+            unsafe fn store_partial<S: Simd>(s: S, p: *mut $t, n: usize, v: S::V) {
+                // SAFETY: as `load`.
+                unsafe { s.$store_partial(p.cast(), n, v) }
+            }
+            fn entries(table: &'static Table) -> &'static Entries<$t> {
+                &table.$field
+            }
+        }
+    };
+}
+
+sealed_16!(f16, f16, load_f16, store_f16, load_partial_f16, store_partial_f16);
+sealed_16!(bf16, bf16, load_bf16, store_bf16, load_partial_bf16, store_partial_bf16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{available_isas, Kernels};
+
+    /// Every f16 and bf16 bit pattern survives widen → narrow on every ISA (NaN as a NaN), and
+    /// the narrowing of f32 values around every rounding boundary matches `half` (RNE).
+    #[test]
+    fn conversions_match_half_on_every_isa() {
+        for isa in available_isas() {
+            let k = Kernels::for_isa(isa).unwrap();
+            let all: Vec<u16> = (0..=u16::MAX).collect();
+            let f16s: Vec<f16> = all.iter().map(|&b| f16::from_bits(b)).collect();
+            let bf16s: Vec<bf16> = all.iter().map(|&b| bf16::from_bits(b)).collect();
+            let mut wide = vec![0.0f32; all.len()];
+            k.widen(&f16s, &mut wide).unwrap();
+            for (h, w) in f16s.iter().zip(&wide) {
+                assert!(
+                    h.to_f32().to_bits() == w.to_bits() || (h.is_nan() && w.is_nan()),
+                    "{isa}: f16 {h:?}"
+                );
+            }
+            let mut back = vec![f16::ZERO; all.len()];
+            k.narrow(&wide, &mut back).unwrap();
+            for (h, b) in f16s.iter().zip(&back) {
+                assert!(
+                    h.to_bits() == b.to_bits() || (h.is_nan() && b.is_nan()),
+                    "{isa}: f16 {h:?}"
+                );
+            }
+            k.widen(&bf16s, &mut wide).unwrap();
+            for (h, w) in bf16s.iter().zip(&wide) {
+                assert!(
+                    h.to_f32().to_bits() == w.to_bits() || (h.is_nan() && w.is_nan()),
+                    "{isa}: bf16 {h:?}"
+                );
+            }
+            let mut back = vec![bf16::ZERO; all.len()];
+            k.narrow(&wide, &mut back).unwrap();
+            for (h, b) in bf16s.iter().zip(&back) {
+                assert!(
+                    h.to_bits() == b.to_bits() || (h.is_nan() && b.is_nan()),
+                    "{isa}: bf16 {h:?}"
+                );
+            }
+            // f32 values at, just below and just above every halfway point between
+            // neighbouring values of each type, and a sweep of bit patterns with every tail.
+            let mut xs = Vec::new();
+            for b in (0..=u32::MAX).step_by(65_537) {
+                xs.push(f32::from_bits(b));
+            }
+            for b in 0..=u16::MAX {
+                for base in [(b as u32) << 16, ((b as u32) << 13) + (112 << 23)] {
+                    for off in [0x7fffu32, 0x8000, 0x8001, 0xfff, 0x1000, 0x1001] {
+                        xs.push(f32::from_bits(base.wrapping_add(off)));
+                    }
+                }
+            }
+            let mut got16 = vec![f16::ZERO; xs.len()];
+            let mut gotb = vec![bf16::ZERO; xs.len()];
+            k.narrow(&xs, &mut got16).unwrap();
+            k.narrow(&xs, &mut gotb).unwrap();
+            for (i, &x) in xs.iter().enumerate() {
+                let (w16, wb) = (f16::from_f32(x), bf16::from_f32(x));
+                assert!(
+                    got16[i].to_bits() == w16.to_bits() || (x.is_nan() && got16[i].is_nan()),
+                    "{isa}: f16 of {x:e} ({:#x}): {:#x} != {:#x}",
+                    x.to_bits(),
+                    got16[i].to_bits(),
+                    w16.to_bits()
+                );
+                assert!(
+                    gotb[i].to_bits() == wb.to_bits() || (x.is_nan() && gotb[i].is_nan()),
+                    "{isa}: bf16 of {x:e} ({:#x}): {:#x} != {:#x}",
+                    x.to_bits(),
+                    gotb[i].to_bits(),
+                    wb.to_bits()
+                );
+            }
+        }
+    }
+}
