@@ -20,8 +20,6 @@ pub(crate) struct Table {
     pub f32: Entries<f32>,
     pub f16: Entries<f16>,
     pub bf16: Entries<bf16>,
-    pub attention: unsafe fn(&AttentionCall),
-    pub gau: unsafe fn(&GauCall),
     pub norm: unsafe fn(&NormCall),
     pub batch_norm: unsafe fn(&BatchNormCall),
 }
@@ -34,6 +32,8 @@ pub(crate) struct Entries<E> {
     pub widen: unsafe fn(*const E, *mut f32, usize),
     pub narrow: unsafe fn(*const f32, *mut E, usize),
     pub softmax: unsafe fn(&SoftmaxCall<E>),
+    pub attention: unsafe fn(&AttentionCall<E>),
+    pub gau: unsafe fn(&GauCall<E>),
 }
 
 /// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
@@ -90,13 +90,13 @@ macro_rules! isa_table {
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn attention(call: &AttentionCall) {
+            unsafe fn attention<E: Element>(call: &AttentionCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::gemm::Tile::attention(token(), call) }
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn gau(call: &GauCall) {
+            unsafe fn gau<E: Element>(call: &GauCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::gemm::Tile::gau(token(), call) }
             }
@@ -121,6 +121,8 @@ macro_rules! isa_table {
                     widen: widen::<E>,
                     narrow: narrow::<E>,
                     softmax: softmax::<E>,
+                    attention: attention::<E>,
+                    gau: gau::<E>,
                 }
             }
 
@@ -129,8 +131,6 @@ macro_rules! isa_table {
                 f32: entries::<f32>(),
                 f16: entries::<f16>(),
                 bf16: entries::<bf16>(),
-                attention,
-                gau,
                 norm,
                 batch_norm,
             };

@@ -20,6 +20,7 @@
 use std::array;
 
 use crate::simd::Simd;
+use crate::Element;
 
 /// Micro-blocks of `MR` rows per row block (`MB = ROW_BLOCKS·MR`).
 pub(crate) const ROW_BLOCKS: usize = 8;
@@ -35,10 +36,10 @@ pub(crate) const MAX_NR: usize = 64;
 pub(crate) trait Tile: Simd {
     /// # Safety
     /// As [`crate::attention::run`].
-    unsafe fn attention(self, call: &crate::attention::AttentionCall);
+    unsafe fn attention<E: Element>(self, call: &crate::attention::AttentionCall<E>);
     /// # Safety
     /// As [`crate::gau::run`].
-    unsafe fn gau(self, call: &crate::gau::GauCall);
+    unsafe fn gau<E: Element>(self, call: &crate::gau::GauCall<E>);
 }
 
 macro_rules! tile {
@@ -46,14 +47,14 @@ macro_rules! tile {
         #[doc = $why]
         impl Tile for $simd {
             #[inline(always)]
-            unsafe fn attention(self, call: &crate::attention::AttentionCall) {
+            unsafe fn attention<E: Element>(self, call: &crate::attention::AttentionCall<E>) {
                 // SAFETY: forwarded from the caller.
-                unsafe { crate::attention::run::<Self, $mr, $nv>(self, call) }
+                unsafe { crate::attention::run::<Self, E, $mr, $nv>(self, call) }
             }
             #[inline(always)]
-            unsafe fn gau(self, call: &crate::gau::GauCall) {
+            unsafe fn gau<E: Element>(self, call: &crate::gau::GauCall<E>) {
                 // SAFETY: forwarded from the caller.
-                unsafe { crate::gau::run::<Self, $mr, $nv>(self, call) }
+                unsafe { crate::gau::run::<Self, E, $mr, $nv>(self, call) }
             }
         }
     };
@@ -115,17 +116,27 @@ pub(crate) unsafe fn pack_b(b: *const f32, ldb: usize, k: usize, n: usize, nr: u
 }
 
 /// Packs the rows `0..count` of row-major `bt[n, k]` (the transpose of `B[k, n]`, e.g. keys
-/// for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels.
+/// for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels. The
+/// source may be stored as any [`Element`]: each value is widened exactly as it is packed.
 ///
 /// # Safety
-/// `bt` holds `count` rows of `k` floats; `dst` holds `panels·nr·k` floats.
-pub(crate) unsafe fn pack_bt(bt: *const f32, dst: *mut f32, count: usize, panels: usize, nr: usize, k: usize) {
+/// `bt` holds `count` rows of `k` elements; `dst` holds `panels·nr·k` floats.
+pub(crate) unsafe fn pack_bt<E: Element>(
+    bt: *const E,
+    dst: *mut f32,
+    count: usize,
+    panels: usize,
+    nr: usize,
+    k: usize,
+) {
     for p in 0..panels {
         for jj in 0..nr {
             let j = p * nr + jj;
             for kk in 0..k {
                 // SAFETY: rows `j < count` are read; writes stay inside panel `p`.
-                unsafe { *dst.add((p * k + kk) * nr + jj) = if j < count { *bt.add(j * k + kk) } else { 0.0 } };
+                unsafe {
+                    *dst.add((p * k + kk) * nr + jj) = if j < count { (*bt.add(j * k + kk)).to_f32() } else { 0.0 }
+                };
             }
         }
     }
@@ -178,18 +189,18 @@ pub(crate) unsafe fn load_n<S: Simd>(s: S, p: *const f32, count: usize) -> S::V 
     }
 }
 
-/// Stores the first `count ≤ LANES` lanes.
+/// Stores the first `count ≤ LANES` lanes, each rounded once to `E` (a plain store for f32).
 ///
 /// # Safety
 /// `p..p + count` is writable.
 #[inline(always)]
-pub(crate) unsafe fn store_n<S: Simd>(s: S, p: *mut f32, count: usize, v: S::V) {
+pub(crate) unsafe fn store_n<S: Simd, E: Element>(s: S, p: *mut E, count: usize, v: S::V) {
     // SAFETY: forwarded; the partial store stops at `count`.
     unsafe {
         if count == S::LANES {
-            s.store(p, v)
+            E::store(s, p, v)
         } else {
-            s.store_partial(p, count, v)
+            E::store_partial(s, p, count, v)
         }
     }
 }

@@ -244,7 +244,8 @@ pub fn log_softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOpti
 /// `Z`) written to `scores` when given. Allocates a fresh workspace; keep an
 /// [`AttentionWorkspace`] and call [`Kernels::attention`] to avoid that.
 ///
-/// Shapes, options, policies and the error bound are in the [module docs](mod@attention).
+/// Shapes, options, policies, storage types (`q`, `k`, `v`, `out` in any [`Element`]; the
+/// mask and scores in f32) and the error bound are in the [module docs](mod@attention).
 ///
 /// # Errors
 /// [`Error::Shape`] naming the first argument whose length does not match `shape` (or a
@@ -257,7 +258,7 @@ pub fn log_softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOpti
 /// // One head, two queries, three keys of dimension 2; the second query sees only 2 keys.
 /// let shape = AttentionShape::self_attention(1, 1, 2, 2);
 /// let shape = AttentionShape { kv_len: 3, ..shape };
-/// let (q, k, v) = (vec![1.0; 4], vec![0.5; 6], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// let (q, k, v) = (vec![1.0f32; 4], vec![0.5; 6], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
 /// let mut out = vec![0.0; 4];
 /// let mut scores = vec![0.0; 6]; // S, for the next layer
 /// let opts = AttentionOptions { causal: true, ..Default::default() };
@@ -266,12 +267,12 @@ pub fn log_softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOpti
 /// assert!((out[0] - 2.0).abs() < 1e-6 && (out[2] - 3.0).abs() < 1e-6);
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn attention(
+pub fn attention<E: Element>(
     shape: &AttentionShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    out: &mut [f32],
+    q: &[E],
+    k: &[E],
+    v: &[E],
+    out: &mut [E],
     scores: Option<&mut [f32]>,
     opts: &AttentionOptions,
 ) -> Result<(), Error> {
@@ -293,12 +294,19 @@ pub fn attention(
 /// of `Z`, `A = relu²(c·Q·Kᵀ + B)/l` (masked), `O = (U ⊙ A·V)·W_o + b_o`, fused. Allocates a
 /// fresh workspace; keep a [`GauWorkspace`] and call [`Kernels::gau`] to avoid that.
 ///
-/// Shapes, options and the error bound are in the [module docs](mod@gau).
+/// Shapes, options, storage types (`x` and `out` in any [`Element`]; the weights in f32) and
+/// the error bound are in the [module docs](mod@gau).
 ///
 /// # Errors
 /// [`Error::Shape`] naming the first argument whose length does not match `shape` (or a zero
 /// width, or an odd `qk_dim` with RoPE); [`Error::Param`] for a non-finite scale, a
 /// normalizer that is not finite and positive, or a key length beyond `seq_len`.
-pub fn gau(shape: &GauShape, x: &[f32], weights: &GauWeights, opts: &GauOptions, out: &mut [f32]) -> Result<(), Error> {
+pub fn gau<E: Element>(
+    shape: &GauShape,
+    x: &[E],
+    weights: &GauWeights,
+    opts: &GauOptions,
+    out: &mut [E],
+) -> Result<(), Error> {
     with_detected(|k| k.gau(shape, x, weights, opts, out, &mut GauWorkspace::new()))
 }

@@ -1,7 +1,8 @@
 //! The fused attention body, generic over [`Simd`] and the register tile `MR × NV`.
 //!
 //! Per `(b, kv head)`: pack K into key tiles `[tile][d][NR]` and V into rows of `dv_pad`
-//! floats. Per query head and block of `MR` query rows: for each key tile, the `MR × NR`
+//! floats (both widened to f32 as they are packed, whatever the storage type `E`). Per query
+//! head and block of `MR` query rows (for `E ≠ f32` first widened into a small f32 region): for each key tile, the `MR × NR`
 //! scores live in `MR·NV` vector registers; they are turned into the tile's `exp(z − m)`
 //! (stored in a small L1 buffer, `MR × NR`) while each row's max `m` and vector of partial
 //! sums are updated online; then `p·V` is accumulated into the block's output rows
@@ -13,18 +14,22 @@ use std::array;
 use super::{AttentionCall, AttentionShape};
 use crate::gemm::{pack_bt, rank_update, tile, MAX_MR, MAX_NR};
 use crate::math::exp::exp_nonpositive;
+use crate::math::Identity;
 use crate::simd::Simd;
-use crate::MaskedRows;
+use crate::{Element, MaskedRows};
 
 /// Floats of workspace any ISA needs for `shape`: K tiles and V rows of one kv head, padded
-/// to `MAX_NR` keys and value columns, plus one block's output rows and probability tile.
+/// to `MAX_NR` keys and value columns, plus one block's output rows and probability tile,
+/// plus (last, read only when the storage type is not f32) one block of queries widened to
+/// f32, `MAX_MR × Dk`.
 pub(super) fn workspace_len(shape: &AttentionShape) -> Option<usize> {
     let keys = shape.kv_len.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
     let dv_pad = shape.value_dim.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
     let k = keys.checked_mul(shape.head_dim)?;
     let v = keys.checked_mul(dv_pad)?;
     let block = MAX_MR.checked_mul(dv_pad.checked_add(MAX_NR)?)?;
-    k.checked_add(v)?.checked_add(block)
+    let q = MAX_MR.checked_mul(shape.head_dim)?;
+    k.checked_add(v)?.checked_add(block)?.checked_add(q)
 }
 
 /// Runs a whole attention call.
@@ -33,7 +38,7 @@ pub(super) fn workspace_len(shape: &AttentionShape) -> Option<usize> {
 /// `call` must be validated by `Kernels::attention`: every pointer covers what its shape
 /// gives, outputs are distinct from inputs, the workspace holds `workspace_len` floats.
 #[inline(always)]
-pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &AttentionCall) {
+pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &AttentionCall<E>) {
     let AttentionShape {
         batch,
         heads,
@@ -47,13 +52,21 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &At
     let tiles = kv_len.div_ceil(nr);
     let dv_pad = dv.div_ceil(nr) * nr;
     let group = heads / kv_heads;
-    // Workspace: K tiles, V rows, then the block's output rows and probability tile.
+    // Workspace: K tiles, V rows, the block's output rows and probability tile, then the
+    // block's widened queries (used only when `E` is not f32).
     let kp = c.workspace;
     // SAFETY (workspace offsets): `tiles·nr ≤ ⌈Lk/MAX_NR⌉·MAX_NR` because `nr` divides
     // `MAX_NR`, and `dv_pad ≤` the padded `Dv` of `workspace_len`, so every region fits.
     let vp = unsafe { kp.add(tiles * nr * dk) };
     let o_acc = unsafe { vp.add(tiles * nr * dv_pad) };
     let p_tile = unsafe { o_acc.add(MR * dv_pad) };
+    // SAFETY: `MR ≤ MAX_MR`, `nr ≤ MAX_NR`: the block regions fit in `MAX_MR·(dv_pad + MAX_NR)`
+    // of the padded `Dv`, and `MAX_MR·Dk` floats follow them.
+    let q_wide = unsafe {
+        let keys = kv_len.div_ceil(MAX_NR) * MAX_NR;
+        let dv_max = dv.div_ceil(MAX_NR) * MAX_NR;
+        kp.add(keys * dk + keys * dv_max + MAX_MR * (dv_max + MAX_NR))
+    };
     for b in 0..batch {
         // SAFETY: `key_lengths` has `B` entries when present.
         let valid = if c.key_lengths.is_null() {
@@ -69,7 +82,7 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &At
             // padded tiles (see above).
             unsafe {
                 pack_bt(c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
-                pack_v(c.v.add(bh * kv_len * dv), vp, valid, tiles * nr, dv, dv_pad);
+                pack_v(s, c.v.add(bh * kv_len * dv), vp, valid, tiles * nr, dv, dv_pad);
             }
             for h in hk * group..(hk + 1) * group {
                 let mut i0 = 0;
@@ -87,9 +100,10 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &At
                         vp,
                         o_acc,
                         p_tile,
+                        q_wide,
                     };
                     // SAFETY: forwarded; the block lies inside `(b, h)`.
-                    unsafe { block.run::<S, MR, NV>(s, c) };
+                    unsafe { block.run::<S, E, MR, NV>(s, c) };
                     i0 += MR;
                 }
             }
@@ -97,18 +111,31 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &At
     }
 }
 
-/// Copies value rows `0..count` into rows of `dv_pad` floats, zero elsewhere up to `keys`.
+/// Copies value rows `0..count` into rows of `dv_pad` floats, zero elsewhere up to `keys`,
+/// widening them to f32 on the way when they are stored as another `E`.
 ///
 /// # Safety
 /// `v` holds `count` rows of `dv`; `vp` holds `keys·dv_pad` floats.
 #[inline(always)]
-unsafe fn pack_v(v: *const f32, vp: *mut f32, count: usize, keys: usize, dv: usize, dv_pad: usize) {
+unsafe fn pack_v<S: Simd, E: Element>(
+    s: S,
+    v: *const E,
+    vp: *mut f32,
+    count: usize,
+    keys: usize,
+    dv: usize,
+    dv_pad: usize,
+) {
     for j in 0..keys {
         // SAFETY: rows `j < count` of `v` are read; row `j` of `vp` is written.
         unsafe {
             let dst = std::slice::from_raw_parts_mut(vp.add(j * dv_pad), dv_pad);
             if j < count {
-                dst[..dv].copy_from_slice(std::slice::from_raw_parts(v.add(j * dv), dv));
+                if E::IS_F32 {
+                    dst[..dv].copy_from_slice(std::slice::from_raw_parts(v.add(j * dv).cast::<f32>(), dv));
+                } else {
+                    crate::math::map_row(s, v.add(j * dv), dst.as_mut_ptr(), dv, Identity);
+                }
                 dst[dv..].fill(0.0);
             } else {
                 dst.fill(0.0);
@@ -131,13 +158,15 @@ struct Block {
     vp: *const f32,
     o_acc: *mut f32,
     p_tile: *mut f32,
+    /// `MR` rows of `Dk` floats: the block's queries widened, when `E` is not f32.
+    q_wide: *mut f32,
 }
 
 impl Block {
     /// # Safety
     /// As [`run`]; the block's rows lie inside head `(b, h)`.
     #[inline(always)]
-    unsafe fn run<S: Simd, const MR: usize, const NV: usize>(&self, s: S, c: &AttentionCall) {
+    unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(&self, s: S, c: &AttentionCall<E>) {
         let AttentionShape {
             heads,
             q_len,
@@ -154,7 +183,27 @@ impl Block {
         let row = |r: usize| self.i0 + r.min(self.rows - 1);
         let head_row = (self.b * heads + self.h) * q_len;
         // SAFETY: `row(r) < Lq`, so each pointer is a row of Q of head `(b, h)`.
-        let q_rows: [*const f32; MR] = array::from_fn(|r| unsafe { c.q.add((head_row + row(r)) * dk) });
+        let q_rows: [*const f32; MR] = if E::IS_F32 {
+            // f32 queries are read in place.
+            array::from_fn(|r| unsafe { c.q.add((head_row + row(r)) * dk).cast::<f32>() })
+        } else {
+            // Other storage: widen the block's rows once (`rows·Dk`, against `Lk·Dk` FMAs per
+            // row), repeated rows pointing at the last.
+            for r in 0..self.rows {
+                // SAFETY: row `i0 + r < Lq` of Q; row `r < MR` of the widened block.
+                unsafe {
+                    crate::math::map_row(
+                        s,
+                        c.q.add((head_row + self.i0 + r) * dk),
+                        self.q_wide.add(r * dk),
+                        dk,
+                        Identity,
+                    )
+                };
+            }
+            // SAFETY: rows `< rows ≤ MR` of the widened block.
+            array::from_fn(|r| unsafe { self.q_wide.add(r.min(self.rows - 1) * dk).cast_const() })
+        };
         // Keys row `r` may see: `allowed[r]` is one past the last (padding, causality, Lk).
         let allowed: [usize; MR] = array::from_fn(|r| {
             let limit = if c.causal {
@@ -291,13 +340,14 @@ impl Block {
             let out = unsafe { std::slice::from_raw_parts_mut(c.out.add((head_row + i) * dv), dv) };
             let sum = s.reduce_add(sums[r]);
             if max[r] == f32::NEG_INFINITY && !sum.is_nan() {
-                out.fill(match c.masked_rows {
+                out.fill(E::from_f32(match c.masked_rows {
                     MaskedRows::Zero => 0.0,
                     MaskedRows::Nan => f32::NAN,
-                });
+                }));
                 continue;
             }
             let inv = s.splat(1.0 / sum);
+            // Each output element is rounded once to `E` as it is stored.
             // SAFETY: as above.
             unsafe {
                 crate::math::map_row(

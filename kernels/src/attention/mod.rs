@@ -29,6 +29,16 @@
 //! - A NaN or +∞ among a row's unmasked `Z` makes that row of `O` NaN. ±∞ in V gives ±∞ or
 //!   NaN in the output columns it reaches (a weight that underflows to 0 meets it as `0·∞`).
 //!
+//! # Storage types
+//!
+//! `Q`, `K`, `V` and `O` are stored as any [`Element`] `E` (`f32`, `f16`, `bf16`); the mask,
+//! the previous scores `P` and the scores output stay f32, whatever `E`: they are carried
+//! across layers, where rounding them to half would compound. K and V are widened exactly as
+//! they are packed, Q one block of rows at a time; everything is computed in f32 exactly as
+//! the f32 kernel does, and each element of `O` is rounded once to `E` as it is stored. So a
+//! half output's bound is the f32 bound below plus one rounding to `E`, and the scores output
+//! is the f32 kernel's on the widened inputs.
+//!
 //! # Error bound
 //!
 //! With `u = 2⁻²⁴`, hats for exact values, `A_ij = |scale|·Σ_d |Q_id·K_jd| + |P_ij|` (the
@@ -75,7 +85,7 @@
 mod flash;
 
 use crate::dispatch::Kernels;
-use crate::{Error, MaskedRows};
+use crate::{Element, Error, MaskedRows};
 
 pub(crate) use flash::run;
 
@@ -199,12 +209,12 @@ impl AttentionWorkspace {
 
 /// A validated call, in the raw form the per-ISA entry points take.
 #[derive(Clone, Copy)]
-pub(crate) struct AttentionCall {
+pub(crate) struct AttentionCall<E> {
     pub shape: AttentionShape,
-    pub q: *const f32,
-    pub k: *const f32,
-    pub v: *const f32,
-    pub out: *mut f32,
+    pub q: *const E,
+    pub k: *const E,
+    pub v: *const E,
+    pub out: *mut E,
     /// Null when not asked for.
     pub scores: *mut f32,
     /// Null when absent.
@@ -228,13 +238,13 @@ pub(crate) struct AttentionCall {
 impl Kernels {
     /// Attention into `out`, with an explicit workspace. See [`attention`](crate::attention()).
     #[allow(clippy::too_many_arguments)]
-    pub fn attention(
+    pub fn attention<E: Element>(
         &self,
         shape: &AttentionShape,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        out: &mut [f32],
+        q: &[E],
+        k: &[E],
+        v: &[E],
+        out: &mut [E],
         scores: Option<&mut [f32]>,
         opts: &AttentionOptions,
         workspace: &mut AttentionWorkspace,
@@ -333,7 +343,7 @@ impl Kernels {
         // SAFETY: the ISA of the table was checked when `self` was made; every pointer covers
         // the length its shape gives (checked above), the workspace holds `workspace_len`
         // floats, and `out`/`scores` are exclusive borrows, distinct from the inputs.
-        unsafe { (self.table().attention)(&call) };
+        unsafe { (self.entries::<E>().attention)(&call) };
         Ok(())
     }
 }

@@ -4,11 +4,13 @@
 use std::array;
 
 use super::{GauCall, GauShape, Normalizer, Rope};
+use crate::element::Element;
 use crate::gemm::{
     gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR, MAX_NR, ROW_BLOCKS,
 };
 use crate::math::activation::swish;
 use crate::math::exp::exp_nonpositive;
+use crate::math::Identity;
 use crate::simd::Simd;
 
 /// Regions of the workspace, in floats, sized with the largest tile of any ISA.
@@ -21,10 +23,12 @@ struct Layout {
     k_packed: usize,
     o_acc: usize,
     p: usize,
+    /// One sequence of X widened to f32 (`T·d`), when X is not stored as f32; else 0.
+    x: usize,
 }
 
 impl Layout {
-    fn new(shape: &GauShape) -> Option<Layout> {
+    fn new(shape: &GauShape, widen_x: bool) -> Option<Layout> {
         let GauShape {
             seq_len: t,
             dim: d,
@@ -46,6 +50,7 @@ impl Layout {
                 .checked_mul(e.div_ceil(MAX_NR).checked_add(1)?)?
                 .checked_mul(MAX_NR)?,
             p: rows * MAX_NR,
+            x: if widen_x { t.checked_mul(d)? } else { 0 },
         })
     }
 
@@ -59,15 +64,17 @@ impl Layout {
             self.k_packed,
             self.o_acc,
             self.p,
+            self.x,
         ]
         .into_iter()
         .try_fold(0usize, |acc, n| acc.checked_add(n))
     }
 }
 
-/// Floats of workspace any ISA needs for `shape`.
-pub(super) fn workspace_len(shape: &GauShape) -> Option<usize> {
-    Layout::new(shape)?.total()
+/// Floats of workspace any ISA needs for `shape` (with room for one widened sequence of X
+/// when `widen_x`).
+pub(super) fn workspace_len(shape: &GauShape, widen_x: bool) -> Option<usize> {
+    Layout::new(shape, widen_x)?.total()
 }
 
 /// `(cos, sin)` of `t·10000^(−2m/s)` for `t < T`, `m < s/2`, computed in f64 and rounded once.
@@ -111,14 +118,14 @@ impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Projecti
     }
 }
 
-/// Epilogue of `G·W_o`: `out = acc + b_o`.
-struct Output {
-    out: *mut f32,
+/// Epilogue of `G·W_o`: `out = acc + b_o`, rounded once to the storage type `E`.
+struct Output<E> {
+    out: *mut E,
     ldo: usize,
     bias: *const f32,
 }
 
-impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output {
+impl<S: Simd, E: Element, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output<E> {
     #[inline(always)]
     unsafe fn tile(&mut self, s: S, at: TileAt, acc: &[[S::V; NV]; MR]) {
         for (v, col) in (0..NV).map(|v| (v, v * S::LANES)).take_while(|&(_, c)| c < at.cols) {
@@ -151,7 +158,7 @@ impl<S: Simd, const MR: usize, const NV: usize> Epilogue<S, MR, NV> for Output {
 // `m` indexes the block's micro-block states, alphas and buffers together.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &GauCall) {
+pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &GauCall<E>) {
     let GauShape {
         batch,
         seq_len: t,
@@ -162,9 +169,9 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
     let w = 2 * e + sd;
     let lanes = S::LANES;
     let nr = NV * lanes;
-    let layout = Layout::new(&c.shape).expect("validated");
+    let layout = Layout::new(&c.shape, !E::IS_F32).expect("validated");
     // SAFETY (offsets): the regions follow each other inside the workspace's `total()` floats.
-    let (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile) = unsafe {
+    let (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile, x_wide) = unsafe {
         let w_in_p = c.workspace;
         let w_out_p = w_in_p.add(layout.w_in);
         let h = w_out_p.add(layout.w_out);
@@ -172,7 +179,8 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
         let kt = q.add(layout.q);
         let kp = kt.add(layout.k);
         let o_acc = kp.add(layout.k_packed);
-        (w_in_p, w_out_p, h, q, kt, kp, o_acc, o_acc.add(layout.o_acc))
+        let p_tile = o_acc.add(layout.o_acc);
+        (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile, p_tile.add(layout.p))
     };
     debug_assert!(packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
     // Rows of the block accumulators: `e` rounded up to whole tiles, plus one tile so that the
@@ -191,15 +199,22 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
         } else {
             unsafe { *c.key_lengths.add(b) }
         };
-        // 1. [U | V | Z] = swish(X·W_in + b_in).
-        // SAFETY: X of batch `b` holds `T·d` floats; `h` holds `T·(2e+s)`.
+        // 1. [U | V | Z] = swish(X·W_in + b_in), X read in place when f32, else widened first.
+        // SAFETY: X of batch `b` holds `T·d` elements; `x_wide` holds `T·d` floats when `E` is
+        // not f32; `h` holds `T·(2e+s)`.
         unsafe {
+            let x = if E::IS_F32 {
+                c.x.add(b * t * d).cast::<f32>()
+            } else {
+                crate::math::map_row(s, c.x.add(b * t * d), x_wide, t * d, Identity);
+                x_wide.cast_const()
+            };
             let mut epi = Projection {
                 h,
                 ldh: w,
                 bias: c.b_in,
             };
-            gemm::<S, MR, NV>(s, c.x.add(b * t * d), d, t, d, w_in_p, w, &mut epi);
+            gemm::<S, MR, NV>(s, x, d, t, d, w_in_p, w, &mut epi);
         }
         // 2. Q, K from Z; RoPE; K packed as the `B` of Q·Kᵀ.
         for i in 0..t {
@@ -250,7 +265,7 @@ pub(crate) unsafe fn run<S: Simd, const MR: usize, const NV: usize>(s: S, c: &Ga
                     let r0 = i0 + m * MR;
                     // SAFETY: rows `< T`, tile `tt` of the packed keys, the block's `p` tile.
                     alphas[m] = unsafe {
-                        scores::<S, MR, NV>(
+                        scores::<S, E, MR, NV>(
                             s,
                             c,
                             q,
@@ -359,9 +374,9 @@ impl<S: Simd, const MR: usize> RowSoftmax<S, MR> {
 /// `r0 < row_end ≤ T`; `kp` is one packed key tile; `p` holds `MR·nr` floats.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn scores<S: Simd, const MR: usize, const NV: usize>(
+unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
     s: S,
-    c: &GauCall,
+    c: &GauCall<E>,
     q: *const f32,
     kp: *const f32,
     p: *mut f32,

@@ -24,6 +24,16 @@
 //! RoPE rotates the pairs `(2m, 2m+1)` ([`Rope::Interleaved`]) or `(m, m + s/2)`
 //! ([`Rope::HalfSplit`]) of Q and K at position `t` by `t·10000^(−2m/s)` (`s` must be even).
 //!
+//! # Storage types
+//!
+//! `X` and `O` are stored as any [`Element`] `E` (`f32`, `f16`, `bf16`); the weights, biases,
+//! `γ`/`β` and the score bias stay f32 whatever `E` (engines keep GAU weights in f32 here: the
+//! activations are what is half). For `E ≠ f32`, `X` is widened exactly into the f32
+//! workspace once per sequence (`T·d`, against the `T·d·(2e+s)` of the projection); everything
+//! is computed in f32 exactly as the f32 kernel does, and the output projection's epilogue
+//! rounds each element of `O` once to `E` as it stores it. So a half output's bound is the f32
+//! bound below plus one rounding to `E`.
+//!
 //! # Error bound
 //!
 //! `reference::gau` computes the exact output and, alongside it, a running error bound that
@@ -51,7 +61,7 @@
 mod body;
 
 use crate::dispatch::Kernels;
-use crate::Error;
+use crate::{Element, Error};
 
 pub(crate) use body::run;
 
@@ -178,9 +188,9 @@ impl GauWorkspace {
 
 /// A validated call, in the raw form the per-ISA entry points take.
 #[derive(Clone, Copy)]
-pub(crate) struct GauCall {
+pub(crate) struct GauCall<E> {
     pub shape: GauShape,
-    pub x: *const f32,
+    pub x: *const E,
     pub w_in: *const f32,
     /// Null when absent.
     pub b_in: *const f32,
@@ -191,7 +201,7 @@ pub(crate) struct GauCall {
     pub w_out: *const f32,
     /// Null when absent.
     pub b_out: *const f32,
-    pub out: *mut f32,
+    pub out: *mut E,
     pub scale: f32,
     pub normalizer: Normalizer,
     /// Null when absent.
@@ -209,13 +219,13 @@ pub(crate) struct GauCall {
 
 impl Kernels {
     /// The GAU into `out`, with an explicit workspace. See [`gau`](crate::gau()).
-    pub fn gau(
+    pub fn gau<E: Element>(
         &self,
         shape: &GauShape,
-        x: &[f32],
+        x: &[E],
         weights: &GauWeights,
         opts: &GauOptions,
-        out: &mut [f32],
+        out: &mut [E],
         workspace: &mut GauWorkspace,
     ) -> Result<(), Error> {
         let GauShape {
@@ -291,7 +301,7 @@ impl Kernels {
         if opts.rope.is_some() && s % 2 != 0 {
             return Err(Error::shape("shape.qk_dim", "an even width for RoPE", s));
         }
-        let ws_len = body::workspace_len(shape)
+        let ws_len = body::workspace_len(shape, !E::IS_F32)
             .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
         if batch == 0 || t == 0 {
             return Ok(());
@@ -332,7 +342,7 @@ impl Kernels {
         // SAFETY: the ISA of the table was checked when `self` was made; every pointer covers
         // the length its shape gives (checked above), the workspace holds `workspace_len`
         // floats, the RoPE table `T·s` when RoPE is on, and `out` is an exclusive borrow.
-        unsafe { (self.table().gau)(&call) };
+        unsafe { (self.entries::<E>().gau)(&call) };
         Ok(())
     }
 }
