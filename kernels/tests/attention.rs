@@ -3,9 +3,10 @@
 mod common;
 
 use common::all_kernels;
+use kernels::half::{bf16, f16};
 use kernels::{
-    AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Error, Kernels, MaskShape,
-    MaskedRows,
+    AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Element, Error, Kernels,
+    MaskShape, MaskedRows,
 };
 use proptest::prelude::*;
 
@@ -222,6 +223,76 @@ proptest! {
         for k in all_kernels() {
             let (out, scores) = c.run(&k, &mut ws);
             c.check(&k, &out, scores.as_deref())?;
+        }
+    }
+}
+
+/// `xs` rounded to `E`, and those values widened back (the exact inputs a half call sees).
+fn to_half<E: Element>(xs: &[f32]) -> (Vec<E>, Vec<f32>) {
+    let h: Vec<E> = xs.iter().map(|&x| E::from_f32(x)).collect();
+    let w = h.iter().map(|&x| x.to_f32()).collect();
+    (h, w)
+}
+
+/// Equal bits, or both NaN.
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// With Q, K, V and O stored as `E`, the kernel computes exactly what the f32 kernel computes
+/// on the widened inputs, and rounds each output once: `O_E = E(O_f32)` bit for bit, and the
+/// f32 scores output is the f32 kernel's.
+fn half_is_f32_rounded_once<E: Element>(
+    c: &Case,
+    k: &Kernels,
+    ws: &mut AttentionWorkspace,
+) -> Result<(), TestCaseError> {
+    let s = c.shape;
+    let (qh, qw) = to_half::<E>(&c.q);
+    let (kh, kw) = to_half::<E>(&c.k);
+    let (vh, vw) = to_half::<E>(&c.v);
+    let wide = Case {
+        q: qw,
+        k: kw,
+        v: vw,
+        ..c.clone()
+    };
+    let (out32, scores32) = wide.run(k, ws);
+    let mut out = vec![E::from_f32(f32::NAN); s.batch * s.heads * s.q_len * s.value_dim];
+    let mut scores = c.want_scores.then(|| vec![f32::NAN; c.n_scores()]);
+    k.attention(&s, &qh, &kh, &vh, &mut out, scores.as_deref_mut(), &c.opts(), ws)
+        .unwrap();
+    for (i, (&o, &o32)) in out.iter().zip(&out32).enumerate() {
+        let want = E::from_f32(o32);
+        prop_assert!(
+            same(o.to_f32(), want.to_f32()),
+            "{} {}: out[{i}] = {o:?}, the f32 kernel's {o32:e} rounds to {want:?}",
+            k.isa(),
+            E::NAME
+        );
+    }
+    if let (Some(sc), Some(sc32)) = (&scores, &scores32) {
+        for (i, (&x, &x32)) in sc.iter().zip(sc32).enumerate() {
+            prop_assert!(
+                same(x, x32),
+                "{} {}: scores[{i}] = {x:e}, f32 kernel {x32:e}",
+                k.isa(),
+                E::NAME
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: common::cases(100), ..ProptestConfig::default() })]
+
+    #[test]
+    fn half_storage_is_the_f32_kernel_rounded_once_on_every_isa(c in case()) {
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            half_is_f32_rounded_once::<f16>(&c, &k, &mut ws)?;
+            half_is_f32_rounded_once::<bf16>(&c, &k, &mut ws)?;
         }
     }
 }

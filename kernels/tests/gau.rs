@@ -3,7 +3,10 @@
 mod common;
 
 use common::all_kernels;
-use kernels::{GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
+use kernels::half::{bf16, f16};
+use kernels::{
+    Element, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale,
+};
 use proptest::prelude::*;
 
 /// One call with owned inputs.
@@ -211,6 +214,51 @@ proptest! {
         for k in all_kernels() {
             let out = c.run(&k, &mut ws);
             c.check(&k, &out)?;
+        }
+    }
+}
+
+/// `xs` rounded to `E`, and those values widened back (the exact inputs a half call sees).
+fn to_half<E: Element>(xs: &[f32]) -> (Vec<E>, Vec<f32>) {
+    let h: Vec<E> = xs.iter().map(|&x| E::from_f32(x)).collect();
+    let w = h.iter().map(|&x| x.to_f32()).collect();
+    (h, w)
+}
+
+/// Equal bits, or both NaN.
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// With X and O stored as `E`, the kernel computes exactly what the f32 kernel computes on the
+/// widened X, and rounds each output once: `O_E = E(O_f32)` bit for bit.
+fn half_is_f32_rounded_once<E: Element>(c: &Case, k: &Kernels, ws: &mut GauWorkspace) -> Result<(), TestCaseError> {
+    let s = c.shape;
+    let (xh, xw) = to_half::<E>(&c.x);
+    let out32 = Case { x: xw, ..c.clone() }.run(k, ws);
+    let mut out = vec![E::from_f32(f32::NAN); s.batch * s.seq_len * s.dim];
+    k.gau(&s, &xh, &c.weights(), &c.opts(), &mut out, ws).unwrap();
+    for (i, (&o, &o32)) in out.iter().zip(&out32).enumerate() {
+        let want = E::from_f32(o32);
+        prop_assert!(
+            same(o.to_f32(), want.to_f32()),
+            "{} {}: out[{i}] = {o:?}, the f32 kernel's {o32:e} rounds to {want:?}",
+            k.isa(),
+            E::NAME
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: common::cases(100), ..ProptestConfig::default() })]
+
+    #[test]
+    fn half_storage_is_the_f32_kernel_rounded_once_on_every_isa(c in case()) {
+        let mut ws = GauWorkspace::new();
+        for k in all_kernels() {
+            half_is_f32_rounded_once::<f16>(&c, &k, &mut ws)?;
+            half_is_f32_rounded_once::<bf16>(&c, &k, &mut ws)?;
         }
     }
 }
