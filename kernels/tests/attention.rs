@@ -297,6 +297,37 @@ proptest! {
     }
 }
 
+/// The case with Q, K, V and O stored as `E` (the inputs rounded to it), checked against the
+/// oracle on the widened inputs: each output within the f32 bound plus one rounding to `E`,
+/// the f32 scores within the f32 bound.
+fn check_half<E: Element + reference::Element>(
+    c: &Case,
+    k: &Kernels,
+    ws: &mut AttentionWorkspace,
+) -> Result<(), TestCaseError> {
+    let s = c.shape;
+    let (qh, kh, vh) = (to_half::<E>(&c.q).0, to_half::<E>(&c.k).0, to_half::<E>(&c.v).0);
+    let mut out: Vec<E> = to_half(&vec![f32::NAN; s.batch * s.heads * s.q_len * s.value_dim]).0;
+    let mut scores = c.want_scores.then(|| vec![f32::NAN; c.n_scores()]);
+    k.attention(&s, &qh, &kh, &vh, &mut out, scores.as_deref_mut(), &c.opts(), ws)
+        .unwrap();
+    reference::check_attention(&c.ref_shape(), &qh, &kh, &vh, &c.ref_opts(), &out, scores.as_deref())
+        .map_err(|m| TestCaseError::fail(format!("{} {}: {m}", k.isa(), <E as Element>::NAME)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: common::cases(150), ..ProptestConfig::default() })]
+
+    #[test]
+    fn half_attention_matches_oracle_on_every_isa(c in case()) {
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            check_half::<f16>(&c, &k, &mut ws)?;
+            check_half::<bf16>(&c, &k, &mut ws)?;
+        }
+    }
+}
+
 fn random(len: usize, seed: u64) -> Vec<f32> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)

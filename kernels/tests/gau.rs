@@ -263,6 +263,35 @@ proptest! {
     }
 }
 
+/// The case with X and O stored as `E` (X rounded to it), checked against the oracle on the
+/// widened X: each output within the f32 bound plus one rounding to `E`.
+fn check_half<E: Element + reference::Element>(
+    c: &Case,
+    k: &Kernels,
+    ws: &mut GauWorkspace,
+) -> Result<(), TestCaseError> {
+    let s = c.shape;
+    let xh = to_half::<E>(&c.x).0;
+    let mut out: Vec<E> = to_half(&vec![f32::NAN; s.batch * s.seq_len * s.dim]).0;
+    k.gau(&s, &xh, &c.weights(), &c.opts(), &mut out, ws).unwrap();
+    let (shape, params) = c.reference();
+    reference::check_gau(&shape, &xh, &params, &out)
+        .map_err(|m| TestCaseError::fail(format!("{} {}: {m}", k.isa(), <E as Element>::NAME)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: common::cases(150), ..ProptestConfig::default() })]
+
+    #[test]
+    fn half_gau_matches_oracle_on_every_isa(c in case()) {
+        let mut ws = GauWorkspace::new();
+        for k in all_kernels() {
+            check_half::<f16>(&c, &k, &mut ws)?;
+            check_half::<bf16>(&c, &k, &mut ws)?;
+        }
+    }
+}
+
 /// Tile-sized shapes: several row blocks and key tiles, every option on.
 #[test]
 fn larger_shapes_match_oracle() {
