@@ -2,12 +2,13 @@
 //!
 //! Per `(b, kv head)`: pack K into key tiles `[tile][d][NR]` and V into rows of `dv_pad`
 //! floats (both widened to f32 as they are packed, whatever the storage type `E`). Per query
-//! head and block of `MR` query rows (for `E ≠ f32` first widened into a small f32 region): for each key tile, the `MR × NR`
-//! scores live in `MR·NV` vector registers; they are turned into the tile's `exp(z − m)`
-//! (stored in a small L1 buffer, `MR × NR`) while each row's max `m` and vector of partial
-//! sums are updated online; then `p·V` is accumulated into the block's output rows
-//! (`MR × dv_pad`, also L1), each rescaled by `exp(m_old − m_new)` as it is loaded. See the
-//! [module docs](super) for semantics and bounds.
+//! head and block of `MR` query rows (for `E ≠ f32` first widened into a small f32 region):
+//! for each key tile, the `MR × NR` scores live in `MR·NV` vector registers; they are turned
+//! into the tile's `exp(z − m)` (stored in a small L1 buffer, `MR × NR`) while each row's max
+//! `m` and vector of partial sums are updated online; then `p·V` is accumulated into the
+//! block's output rows (`MR × dv_pad`, also L1), each rescaled by `exp(m_old − m_new)` as it
+//! is loaded; the rows are rounded to `E` as they are stored. See the [module docs](super)
+//! for semantics and bounds.
 
 use std::array;
 
