@@ -649,6 +649,40 @@ fn large_shapes_match_oracle() {
     }
 }
 
+/// The large shapes (many query blocks and key tiles, grouped heads) with f16 and bf16 storage:
+/// within the oracle's bound plus one rounding, and the f32 kernel rounded once, bit for bit.
+#[test]
+fn large_shapes_in_half_storage() {
+    let shape = AttentionShape {
+        batch: 2,
+        heads: 6,
+        kv_heads: 2,
+        q_len: 131,
+        kv_len: 157,
+        head_dim: 67,
+        value_dim: 45,
+    };
+    for (causal, realformer) in [(false, false), (true, true)] {
+        let mut c = plain_case(shape, 91);
+        c.causal = causal;
+        if realformer {
+            c.prev = Some(random(c.n_scores(), 92));
+            c.want_scores = true;
+            c.key_lengths = Some(vec![157, 120]);
+        }
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            let mut run = || -> Result<(), TestCaseError> {
+                check_half::<f16>(&c, &k, &mut ws)?;
+                check_half::<bf16>(&c, &k, &mut ws)?;
+                half_is_f32_rounded_once::<f16>(&c, &k, &mut ws)?;
+                half_is_f32_rounded_once::<bf16>(&c, &k, &mut ws)
+            };
+            run().unwrap_or_else(|e| panic!("causal {causal} rf {realformer}: {e}"));
+        }
+    }
+}
+
 /// Regression (fuzz): a tiny scale on a huge `Q·K`. The f32 dot product overflows before it is
 /// scaled, so the row is NaN where the exact output is finite; the documented bound excludes
 /// such dot products, and the check must say so rather than flag the kernel.

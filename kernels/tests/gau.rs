@@ -320,6 +320,39 @@ fn larger_shapes_match_oracle() {
     }
 }
 
+/// Tile-sized shapes with f16 and bf16 storage: within the oracle's bound plus one rounding,
+/// and the f32 kernel rounded once, bit for bit.
+#[test]
+fn larger_shapes_in_half_storage() {
+    let shape = GauShape {
+        batch: 2,
+        seq_len: 131,
+        dim: 37,
+        expand: 72,
+        qk_dim: 24,
+    };
+    for (causal, rope, attention) in [
+        (false, None, GauAttention::Relu2),
+        (true, Some(Rope::Interleaved), GauAttention::SoftmaxPlus { min_len: 16 }),
+    ] {
+        let mut c = Case::new(shape, 13);
+        c.causal = causal;
+        c.rope = rope;
+        c.attention = attention;
+        c.key_lengths = Some(vec![131, 90]);
+        let mut ws = GauWorkspace::new();
+        for k in all_kernels() {
+            let mut run = || -> Result<(), TestCaseError> {
+                check_half::<f16>(&c, &k, &mut ws)?;
+                check_half::<bf16>(&c, &k, &mut ws)?;
+                half_is_f32_rounded_once::<f16>(&c, &k, &mut ws)?;
+                half_is_f32_rounded_once::<bf16>(&c, &k, &mut ws)
+            };
+            run().unwrap_or_else(|e| panic!("causal {causal}: {e}"));
+        }
+    }
+}
+
 /// `relu²(x/√s)/T` and `relu²(x)/(T·s)` are the same attention: the default options and
 /// (c = 1, l = T·s) agree within the sum of their bounds.
 #[test]
