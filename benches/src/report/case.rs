@@ -24,6 +24,8 @@ pub type KernelFn = dyn Fn(Kernels, &[f32], &mut [f32]) -> Result<(), kernels::E
 pub type PlainFn = dyn Fn(&[f32], &mut [f32]);
 /// The exact result of a case for input `x`, from the `reference` crate.
 pub type OracleFn = dyn Fn(&[f32]) -> Vec<f64>;
+/// Widens a half-typed case's output buffer to its elements as f32.
+pub type DecodeFn = dyn Fn(&[f32]) -> Vec<f32>;
 /// Measures a [`Custom`] case: its printed rows.
 pub type MeasureFn = dyn Fn(&Context) -> Result<Vec<Row>, ReportError>;
 
@@ -86,7 +88,7 @@ pub struct Case {
     pub oracle: Box<OracleFn>,
     /// The output's elements as f32, for the accuracy check: `None` where `y` holds f32
     /// elements, else the widening of the half-typed elements stored in it.
-    pub decode: Option<Box<dyn Fn(&[f32]) -> Vec<f32>>>,
+    pub decode: Option<Box<DecodeFn>>,
 }
 
 impl Case {
