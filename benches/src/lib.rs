@@ -8,6 +8,7 @@
 //! - [`buffers`]: input and output buffers placed deliberately, identically for a kernel and
 //!   its baselines (4K aliasing moves timings by 20–40% otherwise).
 //! - [`roofline`]: the machine's limits measured in-process: copy bandwidth and FMA peak.
+//! - [`storage`]: half-typed tensors inside those f32 buffers, for the f16/bf16 rows.
 //! - [`composed`]: the unfused attention (GEMM, softmax, GEMM) on the gemm and matrixmultiply
 //!   crates, the baseline of the fused kernel.
 
@@ -19,3 +20,4 @@ pub mod data;
 pub mod plain;
 pub mod report;
 pub mod roofline;
+pub mod storage;

@@ -708,6 +708,47 @@ fn overflowing_dot_product_is_excluded_by_the_bound() {
     }
 }
 
+/// Regression (fuzz, issue 6): the dot product is rounded in the subnormal range *before* it
+/// is scaled, so the scale multiplies that absolute error (up to 2⁻¹⁵⁰); the bound's
+/// `λ = max(1, |scale|)` covers it. The fuzzer's case: `Q = K = P = 9.1e−41`, scale
+/// `−8.4·10³⁷` (`Q·K` underflows to 0, worth `−7e−43` once scaled); and a scale of 1000 on a
+/// product half a subnormal step off the grid.
+#[test]
+fn subnormal_dot_products_times_a_large_scale() {
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        q_len: 1,
+        kv_len: 1,
+        head_dim: 1,
+        value_dim: 1,
+    };
+    let tiny = f32::from_bits(65024);
+    // 0.3·215·2⁻¹⁴⁹ = 64.500002·2⁻¹⁴⁹ rounds to 65·2⁻¹⁴⁹.
+    for (q, key, prev, scale) in [
+        (tiny, tiny, tiny, f32::from_bits(4269604864)),
+        (0.3, f32::from_bits(215), 0.0, 1000.0),
+    ] {
+        let mut c = plain_case(shape, 14);
+        (c.q, c.k, c.scale, c.want_scores) = (vec![q], vec![key], Some(scale), true);
+        c.prev = Some(vec![prev]);
+        let exact = scale as f64 * q as f64 * key as f64 + prev as f64;
+        for k in all_kernels() {
+            let (out, scores) = c.run(&k, &mut AttentionWorkspace::new());
+            let err = (scores.as_ref().unwrap()[0] as f64 - exact).abs();
+            // Beyond the bound without λ, as the fuzzer found.
+            assert!(
+                err > 3.0 * 2f64.powi(-150),
+                "{}: scale {scale:e}: error {err:e}",
+                k.isa()
+            );
+            c.check(&k, &out, scores.as_deref())
+                .unwrap_or_else(|e| panic!("{}: scale {scale:e}: {e}", k.isa()));
+        }
+    }
+}
+
 /// Regression (qemu run): subnormal products in `Q·K` round to 0 in f32; the scores' bound has
 /// an absolute term of 2⁻¹⁵⁰ per rounding for that.
 #[test]

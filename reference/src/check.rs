@@ -190,12 +190,13 @@ pub fn check_activation<E: Element>(x: &[E], swish: bool, got: &[E]) -> Result<(
 const OVERFLOW_GUARD: f64 = 1e37;
 
 /// Checks the output (and the scores output, if given) of `kernels::attention` against the
-/// documented bound. With `u = 2⁻²⁴`, `A_ij = |scale|·Σ_d |Q_id·K_jd| + |P_ij|`, `σ = 1/(ℓ+1)`
-/// and `E_i = max_j (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|` over the unmasked keys of row `i`:
+/// documented bound. With `u = 2⁻²⁴`, `A_ij = |scale|·Σ_d |Q_id·K_jd| + |P_ij|`, `σ = 1/(ℓ+1)`,
+/// `λ = max(1, |scale|)` and `E_i = max_j (Dk + 4)·(u·σ·A_ij + λ·2⁻¹⁵⁰) + 2u·|Ẑ_ij|` over the
+/// unmasked keys of row `i`:
 ///
 /// ```text
-/// |S_ij − Ŝ_ij| ≤ (Dk + 2)·(u·A_ij + 2⁻¹⁵⁰)               (scores output, CarriedScores::Raw)
-/// |Z_ij − Ẑ_ij| ≤ (Dk + 4)·(u·σ·A_ij + 2⁻¹⁵⁰) + 2u·|Ẑ_ij|  (CarriedScores::Masked; −∞ where masked)
+/// |S_ij − Ŝ_ij| ≤ (Dk + 2)·(u·A_ij + λ·2⁻¹⁵⁰)               (scores output, CarriedScores::Raw)
+/// |Z_ij − Ẑ_ij| ≤ (Dk + 4)·(u·σ·A_ij + λ·2⁻¹⁵⁰) + 2u·|Ẑ_ij|  (CarriedScores::Masked; −∞ where masked)
 /// |O_id − Ô_id| ≤ Σ_j ŵ_ij·|V_jd|·((1 + expm1(2E_i))·(1 + (|Ẑ_ij − m̂_i| + 3Lk + 16)·u) − 1)
 ///                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
 /// ```
@@ -236,6 +237,11 @@ pub fn check_attention<E: Element>(
     let dk = head_dim as f64;
     let lk = kv_len as f64;
     let sigma = res.mean_factor;
+    // λ·2⁻¹⁵⁰: the dot product is accumulated unscaled, so its roundings in the subnormal range
+    // reach the score multiplied by the scale (a fuzz find: a subnormal score with a scale of
+    // ~10³ erred by 500 subnormal steps, beyond a bound of `(Dk + 2)·2⁻¹⁵⁰`).
+    let scale = opts.scale.map_or(1.0 / dk.sqrt(), |s| s as f64);
+    let tiny = scale.abs().max(1.0) * SUBNORMAL_HALF_ULP;
     for b in 0..batch {
         let valid = opts.key_lengths.map_or(kv_len, |l| l[b].min(kv_len));
         for h in 0..heads {
@@ -261,11 +267,12 @@ pub fn check_attention<E: Element>(
                             exact_match(row + j, got, exact)?;
                             continue;
                         }
-                        // Each rounding whose result is subnormal errs by up to 2⁻¹⁵⁰ absolute.
+                        // Each rounding whose result is subnormal errs by up to 2⁻¹⁵⁰ absolute,
+                        // and those of the dot product are then multiplied by the scale.
                         let bound = if opts.carry_masked {
-                            (dk + 4.0) * U * sigma * a + 2.0 * U * exact.abs() + (dk + 4.0) * SUBNORMAL_HALF_ULP
+                            (dk + 4.0) * U * sigma * a + 2.0 * U * exact.abs() + (dk + 4.0) * tiny
                         } else {
-                            (dk + 2.0) * U * a + (dk + 2.0) * SUBNORMAL_HALF_ULP
+                            (dk + 2.0) * U * a + (dk + 2.0) * tiny
                         };
                         within(row + j, got, exact, bound)?;
                     }
@@ -273,7 +280,8 @@ pub fn check_attention<E: Element>(
                 let e = (0..kv_len)
                     .filter(unmasked)
                     .map(|j| {
-                        (dk + 4.0) * U * sigma * res.magnitude[row + j] + 2.0 * U * res.masked_scores[row + j].abs()
+                        (dk + 4.0) * (U * sigma * res.magnitude[row + j] + tiny)
+                            + 2.0 * U * res.masked_scores[row + j].abs()
                     })
                     .fold(0.0, f64::max);
                 let m = (0..kv_len)

@@ -8,7 +8,8 @@
 //! `x/(1 + (−x).exp())` with libm's `f32::exp`; max_ulp is measured against
 //! `reference::sigmoid` / `reference::swish` (f64).
 
-use kernels::Kernels;
+use kernels::half::{bf16, f16};
+use kernels::{Element, Kernels};
 
 use super::case::Case;
 use super::{no_custom, no_goals, Family, Plan};
@@ -35,7 +36,23 @@ fn cases(plan: &Plan) -> Vec<Case> {
         }
         cases.push(swish(len));
     }
+    // Issue 7: swish over f16 and bf16 tensors, beyond L2.
+    let len = LENS[1];
+    cases.push(swish_as::<f16>(len));
+    cases.push(swish_as::<bf16>(len));
     cases
+}
+
+fn swish_as<E: Element>(len: usize) -> Case {
+    Case::elementwise_as::<E>(
+        "swish",
+        len.to_string(),
+        len,
+        move || input(len),
+        |k: Kernels, x: &[E], y: &mut [E]| k.swish(x, y),
+        plain::swish,
+        reference::swish,
+    )
 }
 
 fn input(len: usize) -> Vec<f32> {

@@ -8,7 +8,7 @@
 
 use std::hint::black_box;
 
-use kernels::{Isa, Kernels};
+use kernels::{Element, Isa, Kernels};
 
 use super::accuracy::{errors, Errors};
 use super::output::Row;
@@ -16,6 +16,7 @@ use super::timing::{self, Timing};
 use super::ReportError;
 use crate::buffers::Pair;
 use crate::roofline::{self, Stores};
+use crate::storage;
 
 /// Runs the kernel of a case on one ISA: `(kernels, x, y)`.
 pub type KernelFn = dyn Fn(Kernels, &[f32], &mut [f32]) -> Result<(), kernels::Error>;
@@ -23,6 +24,8 @@ pub type KernelFn = dyn Fn(Kernels, &[f32], &mut [f32]) -> Result<(), kernels::E
 pub type PlainFn = dyn Fn(&[f32], &mut [f32]);
 /// The exact result of a case for input `x`, from the `reference` crate.
 pub type OracleFn = dyn Fn(&[f32]) -> Vec<f64>;
+/// Widens a half-typed case's output buffer to its elements as f32.
+pub type DecodeFn = dyn Fn(&[f32]) -> Vec<f32>;
 /// Measures a [`Custom`] case: its printed rows.
 pub type MeasureFn = dyn Fn(&Context) -> Result<Vec<Row>, ReportError>;
 
@@ -81,8 +84,11 @@ pub struct Case {
     pub run: Box<KernelFn>,
     /// The plain Rust version.
     pub plain: Box<PlainFn>,
-    /// The oracle (`y_len` values).
+    /// The oracle (`y_len` values; the output's elements for a half-typed case).
     pub oracle: Box<OracleFn>,
+    /// The output's elements as f32, for the accuracy check: `None` where `y` holds f32
+    /// elements, else the widening of the half-typed elements stored in it.
+    pub decode: Option<Box<DecodeFn>>,
 }
 
 impl Case {
@@ -110,6 +116,46 @@ impl Case {
             run: Box::new(run),
             plain: Box::new(plain),
             oracle: Box::new(oracle),
+            decode: None,
+        }
+    }
+
+    /// [`Case::elementwise`] over tensors stored as `E` (f16, bf16): `x` and `y` hold `len`
+    /// elements of `E` in [`storage`] slots, so bytes and the copy roofline are the narrower
+    /// type's. `input`, `plain` and `oracle` are the f32 case's: the input is rounded to `E`
+    /// once, the plain version is what a user would write (widen, the f32 plain code, round),
+    /// and the oracle sees the widened input. Held against the copy of the same bytes.
+    pub fn elementwise_as<E: Element>(
+        kernel: &'static str,
+        shape: String,
+        len: usize,
+        input: impl Fn() -> Vec<f32> + 'static,
+        run: impl Fn(Kernels, &[E], &mut [E]) -> Result<(), kernels::Error> + 'static,
+        plain: impl Fn(&[f32], &mut [f32]) + 'static,
+        oracle: impl Fn(&[f32]) -> Vec<f64> + 'static,
+    ) -> Case {
+        Case {
+            dtype: E::NAME,
+            x_len: storage::slots::<E>(len),
+            y_len: storage::slots::<E>(len),
+            rule: Rule::Copy,
+            decode: Some(Box::new(move |y| storage::unpack::<E>(y, len))),
+            ..Case::elementwise(
+                kernel,
+                shape,
+                len,
+                move || storage::pack::<E>(&input()),
+                move |k, x, y| run(k, storage::view::<E>(x, len), storage::view_mut::<E>(y, len)),
+                move |x, y| {
+                    let wide = storage::unpack::<E>(x, len);
+                    let mut out = vec![0.0f32; len];
+                    plain(&wide, &mut out);
+                    for (d, &v) in storage::view_mut::<E>(y, len).iter_mut().zip(&out) {
+                        *d = E::from_f32(v);
+                    }
+                },
+                move |x| oracle(&storage::unpack::<E>(x, len)),
+            )
         }
     }
 
@@ -219,12 +265,14 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     }
     pair.x_mut().copy_from_slice(&input);
     let exact = (case.oracle)(pair.x());
-    if exact.len() != case.y_len {
-        return Err(fail(format!(
-            "the oracle gave {} values, expected {}",
-            exact.len(),
-            case.y_len
-        )));
+    // A half-typed case's oracle gives one value per element, not per f32 slot.
+    let want = if case.decode.is_some() {
+        case.elements
+    } else {
+        case.y_len
+    };
+    if exact.len() != want {
+        return Err(fail(format!("the oracle gave {} values, expected {want}", exact.len())));
     }
 
     // The copy roofline copies min(x, y) floats; its time is scaled to the case's bytes. The
@@ -260,7 +308,10 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     for (i, &c) in contenders.iter().enumerate() {
         run(case, c, &mut pair).map_err(|e| fail(format!("{}: {e}", c.name())))?;
         if matches!(c, Contender::Plain | Contender::Kernel(_)) {
-            errs[i] = Some(errors(pair.y(), &exact));
+            errs[i] = Some(match &case.decode {
+                None => errors(pair.y(), &exact),
+                Some(decode) => errors(&decode(pair.y()), &exact),
+            });
         }
     }
 
@@ -288,7 +339,8 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         elements: Some(case.elements as f64),
         flops: case.flops,
         ns_per_iter: samples.median(i),
-        max_ulp: errs[i].map(|e| e.max_ulp),
+        // f32 ulps say nothing of a half-typed output: only its relative error is printed.
+        max_ulp: errs[i].filter(|_| case.decode.is_none()).map(|e| e.max_ulp),
         max_rel_err: errs[i].map(|e| e.max_rel),
         vs_scalar: Some(samples.speedup(i, scalar)),
         vs_plain: Some(samples.speedup(i, 0)),

@@ -204,9 +204,10 @@ fn push_json_string(out: &mut String, s: &str) {
 }
 
 /// The table's columns: title, width, right-aligned.
-const COLUMNS: [(&str, usize, bool); 16] = [
+const COLUMNS: [(&str, usize, bool); 17] = [
     ("kernel", 11, false),
     ("isa", 6, false),
+    ("type", 4, false),
     ("shape", 22, false),
     ("GB/s", 7, true),
     ("Gelem/s", 7, true),
@@ -270,6 +271,7 @@ pub fn table_line(r: &Row) -> String {
     line(&[
         r.kernel.clone(),
         r.isa.clone(),
+        r.dtype.clone(),
         r.shape.clone(),
         f(r.gb_per_s(), 1),
         f(r.gelem_per_s(), 3),

@@ -5,7 +5,8 @@
 //! copy of the same bytes. Inputs are uniform in [−10, 10) (attention-like logits; the
 //! exponents then span [−20, 0]); exp's inputs are uniform in [−80, 80) (normal results).
 
-use kernels::{Kernels, SoftmaxOptions};
+use kernels::half::{bf16, f16};
+use kernels::{Element, Kernels, SoftmaxOptions};
 use reference::MaskedRows;
 
 use super::case::{Case, Rule};
@@ -40,7 +41,46 @@ fn cases(plan: &Plan) -> Vec<Case> {
     for &len in &EXP_LENS {
         cases.push(exp(len));
     }
+    // Issue 7: the same kernels over f16 and bf16 tensors.
+    for &(rows, n) in plan.pick(&HALF_ROWS, &HALF_ROWS_QUICK) {
+        cases.push(softmax_as::<f16>(rows, n));
+        cases.push(softmax_as::<bf16>(rows, n));
+    }
+    for &(rows, n) in plan.pick(&HALF_LOG_ROWS, &[]) {
+        cases.push(log_softmax_as::<f16>(rows, n));
+        cases.push(log_softmax_as::<bf16>(rows, n));
+    }
     cases
+}
+
+/// Half-typed shapes: in cache, and the two beyond-L2 shapes of f32 (16 MiB in + 16 MiB out
+/// there, 8 + 8 MiB here: still beyond L2).
+const HALF_ROWS: [(usize, usize); 3] = [(16, 1024), (4096, 1024), (1024, 4096)];
+const HALF_ROWS_QUICK: [(usize, usize); 1] = [(4096, 1024)];
+const HALF_LOG_ROWS: [(usize, usize); 1] = [(4096, 1024)];
+
+fn softmax_as<E: Element>(rows: usize, n: usize) -> Case {
+    Case::elementwise_as::<E>(
+        "softmax",
+        format!("{rows}x{n}"),
+        rows * n,
+        move || logits(rows * n),
+        move |k: Kernels, x: &[E], y: &mut [E]| k.softmax(x, y, n, &SoftmaxOptions::default()),
+        move |x, y| plain::softmax(x, y, n),
+        move |x| reference::softmax(x, n, 1.0, None, MaskedRows::Zero),
+    )
+}
+
+fn log_softmax_as<E: Element>(rows: usize, n: usize) -> Case {
+    Case::elementwise_as::<E>(
+        "log_softmax",
+        format!("{rows}x{n}"),
+        rows * n,
+        move || logits(rows * n),
+        move |k: Kernels, x: &[E], y: &mut [E]| k.log_softmax(x, y, n, &SoftmaxOptions::default()),
+        move |x, y| plain::log_softmax(x, y, n),
+        move |x| reference::log_softmax(x, n, 1.0, None, MaskedRows::Zero),
+    )
 }
 
 fn logits(len: usize) -> Vec<f32> {
@@ -92,7 +132,10 @@ fn goals(rows: &[Row]) -> Vec<String> {
     let mut out = Vec::new();
     let held_against = |r: &Row, prefix: &str| r.roofline.as_deref().is_some_and(|n| n.starts_with(prefix));
     for kernel in ["softmax", "log_softmax"] {
-        let of = |isa: &'static str| rows.iter().filter(move |r| r.kernel == kernel && r.isa == isa);
+        let of = |isa: &'static str| {
+            rows.iter()
+                .filter(move |r| r.kernel == kernel && r.isa == isa && r.dtype == "f32")
+        };
         for isa in ["avx2", "avx512", "neon"] {
             let list = |f: &dyn Fn(&Row) -> Option<String>| of(isa).filter_map(f).collect::<Vec<_>>().join(", ");
             let vs_exp = list(&|r| {
@@ -134,6 +177,44 @@ fn goals(rows: &[Row]) -> Vec<String> {
                 "{kernel}: avx512 / avx2 speed in cache (goal >= 1.6x): {}",
                 wide.join(", ")
             ));
+        }
+    }
+    out.extend(half_goals(rows, &["softmax", "log_softmax", "swish"]));
+    out
+}
+
+/// The goals of issue 7 for memory-bound kernels, beyond L2: a half-typed row's elements/s
+/// against the f32 row of the same kernel, ISA and shape (goal ≥ 1.6×), and its fraction of
+/// the copy of its own bytes (goal ≥ 0.8).
+pub fn half_goals(rows: &[Row], kernels: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &kernel in kernels {
+        for dtype in ["f16", "bf16"] {
+            for isa in ["avx2", "avx512", "neon"] {
+                let figures: Vec<String> = rows
+                    .iter()
+                    .filter(|r| r.kernel == kernel && r.isa == isa && r.dtype == dtype)
+                    .filter(|r| r.roofline.as_deref().is_some_and(|n| n.starts_with("copy(")))
+                    .filter(|r| r.bytes.unwrap_or(0.0) > (1 << 22) as f64)
+                    .filter_map(|r| {
+                        let f32_row = rows
+                            .iter()
+                            .find(|o| o.kernel == kernel && o.isa == isa && o.dtype == "f32" && o.shape == r.shape)?;
+                        Some(format!(
+                            "{} {:.2}x f32, {:.2} of copy",
+                            r.shape,
+                            f32_row.ns_per_iter / r.ns_per_iter,
+                            r.roofline_ratio?
+                        ))
+                    })
+                    .collect();
+                if !figures.is_empty() {
+                    out.push(format!(
+                        "{kernel} {dtype} {isa} beyond L2 (issue 7 goals >= 1.6x f32, >= 0.8 of copy): {}",
+                        figures.join(", ")
+                    ));
+                }
+            }
         }
     }
     out

@@ -42,12 +42,13 @@
 //! # Error bound
 //!
 //! With `u = 2⁻²⁴`, hats for exact values, `A_ij = |scale|·Σ_d |Q_id·K_jd| + |P_ij|` (the
-//! magnitude the score is computed from), `σ = 1/(ℓ+1)` (1 without running mean) and, per row,
-//! `E_i = max over unmasked j of (Dk + 4)·u·σ·A_ij + 2u·|Ẑ_ij|` (the error of the scores):
+//! magnitude the score is computed from), `σ = 1/(ℓ+1)` (1 without running mean),
+//! `λ = max(1, |scale|)` and, per row, `E_i = max over unmasked j of (Dk + 4)·(u·σ·A_ij +
+//! λ·2⁻¹⁵⁰) + 2u·|Ẑ_ij|` (the error of the scores):
 //!
 //! ```text
-//! |S_ij − Ŝ_ij| ≤ (Dk + 2)·(u·A_ij + 2⁻¹⁵⁰)                 (scores output, CarriedScores::Raw)
-//! |Z_ij − Ẑ_ij| ≤ (Dk + 4)·(u·σ·A_ij + 2⁻¹⁵⁰) + 2u·|Ẑ_ij|    (CarriedScores::Masked)
+//! |S_ij − Ŝ_ij| ≤ (Dk + 2)·(u·A_ij + λ·2⁻¹⁵⁰)                 (scores output, CarriedScores::Raw)
+//! |Z_ij − Ẑ_ij| ≤ (Dk + 4)·(u·σ·A_ij + λ·2⁻¹⁵⁰) + 2u·|Ẑ_ij|    (CarriedScores::Masked)
 //! |O_id − Ô_id| ≤ Σ_j ŵ_ij·|V_jd| · ((1 + expm1(2E_i))·(1 + (|Ẑ_ij − m̂_i| + 3Lk + 16)·u) − 1)
 //!                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
 //! ```
@@ -57,7 +58,8 @@
 //! moves each weight by at most a factor `exp(±2·max|ε|)`; `exp` is within 1 ulp; every key
 //! adds one rounding to the `P·V` sums and the row sums, and every key tile one rescaling;
 //! weights below 2⁻¹²⁶ may be flushed, and a rounding in the subnormal range errs by up to
-//! 2⁻¹⁵⁰ absolute (the last two terms).
+//! 2⁻¹⁵⁰ absolute (the last two terms) — multiplied by `|scale|` for the roundings of the dot
+//! product, which is accumulated before it is scaled (hence `λ`).
 //! The bound assumes nothing overflows f32 on the way: scores with `A_ij < 10³⁷`, and
 //! `Lk·max_j |V_jd| < 10³⁷` (the online softmax accumulates `Σ p·V` before dividing by the
 //! sum, so a value column near `f32::MAX` may overflow to ±∞ although the average would not).

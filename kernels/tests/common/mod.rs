@@ -27,7 +27,7 @@ pub fn isas_the_cpu_has() -> Vec<Isa> {
             .map(|l| l.split_whitespace().collect())
             .unwrap_or_default();
         let has = |all: &[&str]| all.iter().all(|f| flags.contains(f));
-        if has(&["avx2", "fma"]) {
+        if has(&["avx2", "fma", "f16c"]) {
             isas.push(Isa::Avx2);
         }
         if has(&["avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"]) {
