@@ -117,11 +117,14 @@ pub(crate) unsafe fn pack_b(b: *const f32, ldb: usize, k: usize, n: usize, nr: u
 
 /// Packs the rows `0..count` of row-major `bt[n, k]` (the transpose of `B[k, n]`, e.g. keys
 /// for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels. The
-/// source may be stored as any [`Element`]: each value is widened exactly as it is packed.
+/// source may be stored as any [`Element`]: each value is widened exactly as it is packed
+/// (half-typed rows with the ISA's conversions, a chunk at a time through a stack buffer).
 ///
 /// # Safety
 /// `bt` holds `count` rows of `k` elements; `dst` holds `panels·nr·k` floats.
-pub(crate) unsafe fn pack_bt<E: Element>(
+#[inline(always)]
+pub(crate) unsafe fn pack_bt<S: Simd, E: Element>(
+    s: S,
     bt: *const E,
     dst: *mut f32,
     count: usize,
@@ -129,14 +132,35 @@ pub(crate) unsafe fn pack_bt<E: Element>(
     nr: usize,
     k: usize,
 ) {
+    const CHUNK: usize = 64;
+    let mut wide = [0.0f32; CHUNK];
     for p in 0..panels {
         for jj in 0..nr {
             let j = p * nr + jj;
-            for kk in 0..k {
-                // SAFETY: rows `j < count` are read; writes stay inside panel `p`.
-                unsafe {
-                    *dst.add((p * k + kk) * nr + jj) = if j < count { (*bt.add(j * k + kk)).to_f32() } else { 0.0 }
-                };
+            if j >= count {
+                for kk in 0..k {
+                    // SAFETY: inside panel `p`.
+                    unsafe { *dst.add((p * k + kk) * nr + jj) = 0.0 };
+                }
+                continue;
+            }
+            // SAFETY: row `j < count` is read; writes stay inside panel `p`.
+            unsafe {
+                let row = bt.add(j * k);
+                if E::IS_F32 {
+                    let row = row.cast::<f32>();
+                    for kk in 0..k {
+                        *dst.add((p * k + kk) * nr + jj) = *row.add(kk);
+                    }
+                } else {
+                    for k0 in (0..k).step_by(CHUNK) {
+                        let len = CHUNK.min(k - k0);
+                        crate::math::map_row(s, row.add(k0), wide.as_mut_ptr(), len, crate::math::Identity);
+                        for (kk, &w) in wide[..len].iter().enumerate() {
+                            *dst.add((p * k + k0 + kk) * nr + jj) = w;
+                        }
+                    }
+                }
             }
         }
     }

@@ -82,7 +82,7 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
             // SAFETY: K and V of `(b, hk)` hold `Lk` rows; the workspace regions hold the
             // padded tiles (see above).
             unsafe {
-                pack_bt(c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
+                pack_bt(s, c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
                 pack_v(s, c.v.add(bh * kv_len * dv), vp, valid, tiles * nr, dv, dv_pad);
             }
             for h in hk * group..(hk + 1) * group {

@@ -246,7 +246,7 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
         }
         let tiles = valid.div_ceil(nr);
         // SAFETY: K holds `T` rows of `s`; `kp` holds `⌈T/MAX_NR⌉·MAX_NR·s ≥ tiles·nr·s`.
-        unsafe { pack_bt(kt, kp, valid, tiles, nr, sd) };
+        unsafe { pack_bt(s, kt, kp, valid, tiles, nr, sd) };
 
         // 3. A·V per block of rows, gated by U in place.
         let block = ROW_BLOCKS * MR;
