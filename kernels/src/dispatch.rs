@@ -22,8 +22,6 @@ pub(crate) struct Table {
     pub bf16: Entries<bf16>,
     pub attention: unsafe fn(&AttentionCall),
     pub gau: unsafe fn(&GauCall),
-    pub norm: unsafe fn(&NormCall),
-    pub batch_norm: unsafe fn(&BatchNormCall),
 }
 
 /// The entry points of one ISA for tensors stored as `E` (see [`Element`]).
@@ -34,6 +32,8 @@ pub(crate) struct Entries<E> {
     pub widen: unsafe fn(*const E, *mut f32, usize),
     pub narrow: unsafe fn(*const f32, *mut E, usize),
     pub softmax: unsafe fn(&SoftmaxCall<E>),
+    pub norm: unsafe fn(&NormCall<E>),
+    pub batch_norm: unsafe fn(&BatchNormCall<E>),
 }
 
 /// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
@@ -102,13 +102,13 @@ macro_rules! isa_table {
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn norm(call: &NormCall) {
+            unsafe fn norm<E: Element>(call: &NormCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::norm::norm_rows(token(), call) }
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn batch_norm(call: &BatchNormCall) {
+            unsafe fn batch_norm<E: Element>(call: &BatchNormCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::norm::batch_norm_call(token(), call) }
             }
@@ -121,6 +121,8 @@ macro_rules! isa_table {
                     widen: widen::<E>,
                     narrow: narrow::<E>,
                     softmax: softmax::<E>,
+                    norm: norm::<E>,
+                    batch_norm: batch_norm::<E>,
                 }
             }
 
@@ -131,8 +133,6 @@ macro_rules! isa_table {
                 bf16: entries::<bf16>(),
                 attention,
                 gau,
-                norm,
-                batch_norm,
             };
         }
     };

@@ -681,9 +681,9 @@ fn errors_name_the_argument() {
     let mut y = [0.0f32; 8];
     let ln = LayerNormOptions::default();
     // Empty inputs are no-ops.
-    k.layer_norm(&[], &mut [], 0, &ln).unwrap();
-    k.layer_norm(&[], &mut [], 4, &ln).unwrap();
-    k.rms_norm_inplace(&mut [], 3, &Default::default()).unwrap();
+    k.layer_norm::<f32>(&[], &mut [], 0, &ln).unwrap();
+    k.layer_norm::<f32>(&[], &mut [], 4, &ln).unwrap();
+    k.rms_norm_inplace::<f32>(&mut [], 3, &Default::default()).unwrap();
 
     for eps in [0.0, -1e-5, f32::NAN, f32::INFINITY] {
         let bad = LayerNormOptions { eps, ..ln };
