@@ -9,6 +9,7 @@
 use std::fmt;
 
 use crate::attention::{attention, AttentionOptions, AttentionShape};
+use crate::element::{accepts, matches_exactly, widen, Bound, Element};
 use crate::gau::{gau, GauParams, GauShape};
 use crate::softmax::{log_softmax, scores, softmax, MaskedRows};
 
@@ -20,41 +21,68 @@ pub const U: f64 = 1.0 / (1u64 << 24) as f64;
 pub struct Mismatch {
     /// Flat index of the element.
     pub index: usize,
-    /// The value the kernel produced.
+    /// The value the kernel produced, widened to f32 (exact for f16 and bf16).
     pub got: f32,
     /// The oracle's value.
     pub exact: f64,
-    /// The largest error the bound allows there (NaN where only an exact match is allowed).
+    /// The largest error the bound allows there for an f32 result (NaN where only an exact
+    /// match, or a bound in ulps, applies). A result stored in f16 or bf16 gets this bound
+    /// plus one rounding to its type.
     pub bound: f64,
+    /// The storage type of the result ([`Element::NAME`]): `"f32"`, `"f16"` or `"bf16"`.
+    pub ty: &'static str,
 }
 
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "element {}: got {:e}, exact {:e}, error {:e} > bound {:e}",
+            "element {}: got {:e} ({}), exact {:e}, error {:e} > bound {:e}",
             self.index,
             self.got,
+            self.ty,
             self.exact,
             (self.got as f64 - self.exact).abs(),
             self.bound
-        )
+        )?;
+        if self.ty != "f32" {
+            write!(f, " plus one rounding to {}", self.ty)?;
+        }
+        Ok(())
     }
 }
 
-/// `Ok` if `got` equals `exact` where the exact value is not a finite f32 (NaN, or beyond the
-/// f32 range and so rounding to ±∞), or where `exact_only` holds.
-fn exact_match(index: usize, got: f32, exact: f64) -> Result<(), Mismatch> {
-    let want = exact as f32;
-    if got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()) || (got == 0.0 && want == 0.0) {
+impl Mismatch {
+    /// The mismatch of `got` (stored in `E`) at `index`.
+    pub(crate) fn new<E: Element>(index: usize, got: E, exact: f64, bound: f64) -> Self {
+        Mismatch {
+            index,
+            got: got.to_f32(),
+            exact,
+            bound,
+            ty: E::NAME,
+        }
+    }
+}
+
+/// `Ok` if `got` equals `exact` rounded to f32 and then to `E` (bit for bit; NaN matches any
+/// NaN, ±0 match each other): the rule where the exact value is not a finite f32 (NaN, or
+/// beyond the f32 range and so rounding to ±∞), and for masked entries.
+pub(crate) fn exact_match<E: Element>(index: usize, got: E, exact: f64) -> Result<(), Mismatch> {
+    if matches_exactly(got, exact as f32) {
         Ok(())
     } else {
-        Err(Mismatch {
-            index,
-            got,
-            exact,
-            bound: f64::NAN,
-        })
+        Err(Mismatch::new(index, got, exact, f64::NAN))
+    }
+}
+
+/// `Ok` if `got` is within `bound` of `exact` ([`accepts`]: the f32 rule `|y − ŷ| ≤ B`, plus
+/// one rounding to `E` for a narrower type).
+fn within<E: Element>(index: usize, got: E, exact: f64, bound: f64) -> Result<(), Mismatch> {
+    if accepts(got, exact, Bound::Abs(bound)) {
+        Ok(())
+    } else {
+        Err(Mismatch::new(index, got, exact, bound))
     }
 }
 
@@ -69,19 +97,25 @@ fn exact_match(index: usize, got: f32, exact: f64) -> Result<(), Mismatch> {
 /// where `z` are the f32 scores `fl(scale·x + mask)` and `ŷ` the exact result on them (see
 /// [`crate::scores`]). NaN rows, masked entries and results beyond the f32 range must match
 /// exactly.
-pub fn check_softmax(
-    x: &[f32],
+///
+/// `x` and `got` are in the storage type `E` of the kernel's input and output (`x` is widened
+/// exactly); `mask` is f32. For f16 and bf16, `got` must be the rounding of an f32 within the
+/// bound (see [`crate::Element`]), and the exact matches are against the f32 value rounded to
+/// `E`.
+pub fn check_softmax<E: Element>(
+    x: &[E],
     n: usize,
     scale: f32,
     mask: Option<&[f32]>,
     policy: MaskedRows,
     log: bool,
-    got: &[f32],
+    got: &[E],
 ) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     if n == 0 {
         return Ok(());
     }
+    let x = &widen(x)[..];
     let exact = if log {
         log_softmax(x, n, scale, mask, policy)
     } else {
@@ -103,15 +137,8 @@ pub fn check_softmax(
             } else {
                 (24.0 + (zj - m).abs()) * U * e + f32::MIN_POSITIVE as f64
             };
-            // `!(err <= bound)` also catches a NaN result where the exact one is finite.
-            if !((y as f64 - e).abs() <= bound) {
-                return Err(Mismatch {
-                    index,
-                    got: y,
-                    exact: e,
-                    bound,
-                });
-            }
+            // Fails on a NaN result where the exact one is finite.
+            within(index, y, e, bound)?;
         }
     }
     Ok(())
@@ -119,17 +146,16 @@ pub fn check_softmax(
 
 /// Checks `kernels::exp`: every element within 1 ulp of `exp` in f64 rounded to f32, NaN for
 /// NaN.
-pub fn check_exp(x: &[f32], got: &[f32]) -> Result<(), Mismatch> {
+///
+/// `x` and `got` are in the storage type `E`. For f16 and bf16, `got` must lie in
+/// `[E(c⁻), E(c⁺)]` where `c⁻`, `c⁺` are `exp` rounded to f32 and stepped 1 ulp down and up:
+/// the rounding to `E` of an f32 result within 1 ulp.
+pub fn check_exp<E: Element>(x: &[E], got: &[E]) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     for (index, (&v, &y)) in x.iter().zip(got).enumerate() {
-        let exact = (v as f64).exp();
-        if crate::ulp_error(y, exact) > 1 {
-            return Err(Mismatch {
-                index,
-                got: y,
-                exact,
-                bound: f64::NAN,
-            });
+        let exact = v.to_f64().exp();
+        if !accepts(y, exact, Bound::Ulps(1)) {
+            return Err(Mismatch::new(index, y, exact, f64::NAN));
         }
     }
     Ok(())
@@ -142,18 +168,19 @@ const SUBNORMAL_HALF_ULP: f64 = f32::MIN_POSITIVE as f64 / (1u64 << 24) as f64;
 /// Checks `kernels::sigmoid` (or `swish` if `swish`): every element within 3 ulp of the f64
 /// value rounded to f32, or within 2⁻¹²⁶ where the exact magnitude is below 2⁻¹²⁶; NaN for
 /// NaN.
-pub fn check_activation(x: &[f32], swish: bool, got: &[f32]) -> Result<(), Mismatch> {
+///
+/// `x` and `got` are in the storage type `E`. For f16 and bf16, `got` must be the rounding to
+/// `E` of an f32 that one of the two rules accepts: `[E(c⁻), E(c⁺)]` with `c∓` the exact value
+/// rounded to f32 and stepped 3 ulp down and up, or (where `|ŷ| < 2⁻¹²⁶`) the rounded ends of
+/// `[ŷ − 2⁻¹²⁶, ŷ + 2⁻¹²⁶]`.
+pub fn check_activation<E: Element>(x: &[E], swish: bool, got: &[E]) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
+    let x = &widen(x)[..];
     let exact = if swish { crate::swish(x) } else { crate::sigmoid(x) };
     for (index, (&y, &e)) in got.iter().zip(&exact).enumerate() {
-        let tiny = e.abs() < f32::MIN_POSITIVE as f64 && (y as f64 - e).abs() <= f32::MIN_POSITIVE as f64;
-        if !tiny && crate::ulp_error(y, e) > 3 {
-            return Err(Mismatch {
-                index,
-                got: y,
-                exact: e,
-                bound: f64::NAN,
-            });
+        let tiny = e.abs() < f32::MIN_POSITIVE as f64 && accepts(y, e, Bound::Abs(f32::MIN_POSITIVE as f64));
+        if !tiny && !accepts(y, e, Bound::Ulps(3)) {
+            return Err(Mismatch::new(index, y, e, f64::NAN));
         }
     }
     Ok(())
@@ -179,16 +206,22 @@ const OVERFLOW_GUARD: f64 = 1e37;
 /// Rows with a score, or an unscaled dot product `Σ_d |Q_id·K_jd|`, of magnitude ≥ 10³⁷, and
 /// output columns with `Lk·max_j |V_jd| ≥ 10³⁷`, are not checked: the f32 computation may
 /// overflow there (the scores, or the unnormalized sum `Σ p·V`), which the bound excludes.
-pub fn check_attention(
+///
+/// `q`, `k`, `v` and `out` are in the storage type `E` of the kernel's tensors (the inputs are
+/// widened exactly); the options (mask, previous scores `P`) and the `scores` output are f32.
+/// For f16 and bf16, each element of `out` must be the rounding to `E` of an f32 within the
+/// bound (see [`crate::Element`]); exact matches are against the f32 value rounded to `E`.
+pub fn check_attention<E: Element>(
     shape: &AttentionShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    q: &[E],
+    k: &[E],
+    v: &[E],
     opts: &AttentionOptions,
-    out: &[f32],
+    out: &[E],
     scores: Option<&[f32]>,
 ) -> Result<(), Mismatch> {
-    let res = attention(shape, q, k, v, opts);
+    let v = &widen(v)[..];
+    let res = attention(shape, &widen(q), &widen(k), v, opts);
     let AttentionShape {
         batch,
         heads,
@@ -234,14 +267,7 @@ pub fn check_attention(
                         } else {
                             (dk + 2.0) * U * a + (dk + 2.0) * SUBNORMAL_HALF_ULP
                         };
-                        if !((got as f64 - exact).abs() <= bound) {
-                            return Err(Mismatch {
-                                index: row + j,
-                                got,
-                                exact,
-                                bound,
-                            });
-                        }
+                        within(row + j, got, exact, bound)?;
                     }
                 }
                 let e = (0..kv_len)
@@ -257,7 +283,7 @@ pub fn check_attention(
                 let orow = ((b * heads + h) * q_len + i) * value_dim;
                 for d in 0..value_dim {
                     let (got, exact) = (out[orow + d], res.out[orow + d]);
-                    if got.is_nan() && !exact.is_nan() {
+                    if got.to_f32().is_nan() && !exact.is_nan() {
                         // A non-finite V meets a weight of 0 (masked, or underflowed) as NaN:
                         // allowed where the exact output is infinite, or where a masked key
                         // within the valid length holds a non-finite V in this column.
@@ -289,14 +315,7 @@ pub fn check_attention(
                     }
                     // Flushed weights, and roundings in the subnormal range (≤ 2⁻¹⁵⁰ each).
                     bound += lk * f32::MIN_POSITIVE as f64 * vmax + (3.0 * lk + 16.0) * SUBNORMAL_HALF_ULP;
-                    if !((got as f64 - exact).abs() <= bound) {
-                        return Err(Mismatch {
-                            index: orow + d,
-                            got,
-                            exact,
-                            bound,
-                        });
-                    }
+                    within(orow + d, got, exact, bound)?;
                 }
             }
         }
@@ -306,29 +325,21 @@ pub fn check_attention(
 
 /// Checks the output of `kernels::gau` against the oracle's running error bound
 /// ([`crate::gau`]): `|O − Ô| ≤ bound` on every element; NaN where the oracle is NaN.
-pub fn check_gau(shape: &GauShape, x: &[f32], params: &GauParams, out: &[f32]) -> Result<(), Mismatch> {
-    let res = gau(shape, x, params);
+///
+/// `x` and `out` are in the storage type `E` (`x` is widened exactly); every weight, γ, β
+/// and bias in `params` is f32. For f16 and bf16, each element of `out` must be the rounding
+/// to `E` of an f32 within the bound (see [`crate::Element`]).
+pub fn check_gau<E: Element>(shape: &GauShape, x: &[E], params: &GauParams, out: &[E]) -> Result<(), Mismatch> {
+    let res = gau(shape, &widen(x), params);
     assert_eq!(out.len(), res.out.len(), "`out` must have the length of the output");
     for (index, ((&got, &exact), &bound)) in out.iter().zip(&res.out).zip(&res.bound).enumerate() {
         if !exact.is_finite() || !bound.is_finite() {
-            if exact.is_nan() && !got.is_nan() {
-                return Err(Mismatch {
-                    index,
-                    got,
-                    exact,
-                    bound: f64::NAN,
-                });
+            if exact.is_nan() && !got.to_f32().is_nan() {
+                return Err(Mismatch::new(index, got, exact, f64::NAN));
             }
             continue;
         }
-        if !((got as f64 - exact).abs() <= bound) {
-            return Err(Mismatch {
-                index,
-                got,
-                exact,
-                bound,
-            });
-        }
+        within(index, got, exact, bound)?;
     }
     Ok(())
 }

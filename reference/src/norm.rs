@@ -7,6 +7,7 @@
 //! FMA), reproduced bit for bit by [`residual`]; the norms are then exact on those f32 values.
 
 use crate::check::{Mismatch, U};
+use crate::element::{accepts, matches_exactly, widen, Bound, Element};
 use crate::fma_f32;
 
 /// The outputs of [`layer_norm`]: per element `y`, per row the statistics.
@@ -291,28 +292,29 @@ impl std::fmt::Display for NormMismatch {
     }
 }
 
-/// `Err` unless `|got − exact| ≤ bound`; where the exact value is not a finite f32, `got`
-/// must equal it (NaN for NaN).
-fn within(output: &'static str, index: usize, got: f32, exact: f64, bound: f64) -> Result<(), NormMismatch> {
+/// `Err` unless `|got − exact| ≤ bound` (for f16 and bf16: unless `got` is the rounding of an
+/// f32 within it, see [`crate::Element`]); where the exact value is not a finite f32, `got`
+/// must equal it rounded to f32 and then to `E` (NaN for NaN).
+fn within<E: Element>(output: &'static str, index: usize, got: E, exact: f64, bound: f64) -> Result<(), NormMismatch> {
     let ok = if exact.is_nan() || (exact as f32).is_infinite() {
-        got.to_bits() == (exact as f32).to_bits() || (got.is_nan() && exact.is_nan())
+        matches_exactly(got, exact as f32)
     } else {
-        // `!(err > bound)` would let a NaN through: compare the right way round.
-        (got as f64 - exact).abs() <= bound
+        // Fails if anything is NaN.
+        accepts(got, exact, Bound::Abs(bound))
     };
     if ok {
         Ok(())
     } else {
         Err(NormMismatch {
             output,
-            at: Mismatch {
-                index,
-                got,
-                exact,
-                bound,
-            },
+            at: Mismatch::new(index, got, exact, bound),
         })
     }
+}
+
+/// `|got − exact|/bound`, for the worst-ratio reports.
+fn ratio<E: Element>(got: E, exact: f64, bound: f64) -> f64 {
+    (got.to_f64() - exact).abs() / bound
 }
 
 /// The bounds of one row (or channel) of the LayerNorm family: `(E_μ, E_v, ε_r)`.
@@ -372,18 +374,27 @@ fn times(a: f64, r: f64) -> f64 {
 /// ```
 ///
 /// NaN rows must be NaN. Returns the largest ratio of error to bound seen on `y`.
+///
+/// Types: `h` is the tensor the kernel normalizes, in its own type `H` (widened exactly): for
+/// `layer_norm`, the input `x` in its storage type; for `add_layer_norm`, the f32 residual
+/// `h` that [`residual`] computes from the widened `x`, `r`, `bias` (the kernel takes its
+/// statistics from that f32 `h`, not from `h` rounded to the storage type). `y` is the output
+/// in its storage type `E`: for f16 and bf16 each element must be the rounding to `E` of an
+/// f32 within the bound, and the ratio returned compares with the f32 bound alone (so it may
+/// exceed 1 by that rounding). `gamma`, `beta` and the per-row `mean`, `rstd` are f32.
 #[allow(clippy::too_many_arguments)]
-pub fn check_layer_norm(
-    h: &[f32],
+pub fn check_layer_norm<H: Element, E: Element>(
+    h: &[H],
     d: usize,
     gamma: Option<&[f32]>,
     beta: Option<&[f32]>,
     eps: f32,
-    y: &[f32],
+    y: &[E],
     mean: Option<&[f32]>,
     rstd: Option<&[f32]>,
 ) -> Result<f64, NormMismatch> {
     assert_eq!(y.len(), h.len(), "`y` must have the length of `h`");
+    let h = &widen(h)[..];
     let exact = layer_norm(h, d, gamma, beta, eps);
     let mut worst = 0.0f64;
     for (i, row) in rows(h, d).enumerate() {
@@ -403,7 +414,7 @@ pub fn check_layer_norm(
             let bound = element_bound(exact.y[at], g, b, rs, e_mu, eps_r);
             within("y", at, y[at], exact.y[at], bound)?;
             if bound > 0.0 && (exact.y[at] as f32).is_finite() {
-                worst = worst.max((y[at] as f64 - exact.y[at]).abs() / bound);
+                worst = worst.max(ratio(y[at], exact.y[at], bound));
             }
         }
         if let Some(m) = mean {
@@ -425,8 +436,19 @@ pub fn check_layer_norm(
 /// ```
 ///
 /// NaN rows must be NaN. Returns the largest ratio of error to bound.
-pub fn check_rms_norm(h: &[f32], d: usize, gain: Option<&[f32]>, eps: f32, y: &[f32]) -> Result<f64, NormMismatch> {
+///
+/// Types as in [`check_layer_norm`]: `h` is the input `x` of `rms_norm` in its storage type,
+/// or the f32 residual of `add_rms_norm` ([`residual`]); `y` is in the output's storage type
+/// `E` (one more rounding allowed for f16 and bf16); `gain` is f32.
+pub fn check_rms_norm<H: Element, E: Element>(
+    h: &[H],
+    d: usize,
+    gain: Option<&[f32]>,
+    eps: f32,
+    y: &[E],
+) -> Result<f64, NormMismatch> {
     assert_eq!(y.len(), h.len(), "`y` must have the length of `h`");
+    let h = &widen(h)[..];
     let exact = rms_norm(h, d, gain, eps);
     let mut worst = 0.0f64;
     for i in 0..exact.rstd.len() {
@@ -443,7 +465,7 @@ pub fn check_rms_norm(h: &[f32], d: usize, gain: Option<&[f32]>, eps: f32, y: &[
             let bound = times(exact.y[at], eps_r + 2.0 * U) + SUB2 * (1.0 + g.abs());
             within("y", at, y[at], exact.y[at], bound)?;
             if bound > 0.0 && (exact.y[at] as f32).is_finite() {
-                worst = worst.max((y[at] as f64 - exact.y[at]).abs() / bound);
+                worst = worst.max(ratio(y[at], exact.y[at], bound));
             }
         }
     }
@@ -456,18 +478,23 @@ pub fn check_rms_norm(h: &[f32], d: usize, gain: Option<&[f32]>, eps: f32, y: &[
 /// ```text
 /// |y − ŷ| ≤ u·(|x − μ_c|·|s_c| + |b_c| + |ŷ|) + 2⁻⁴⁰·(|μ_c·s_c| + |b_c| + |ŷ|) + 2⁻¹⁴⁸
 /// ```
+///
+/// `x` and `y` are in the storage type `E` (`x` widened exactly; for f16 and bf16 each `y` must
+/// be the rounding to `E` of an f32 within the bound, and the ratio returned compares with the
+/// f32 bound alone); the running statistics, `gamma` and `beta` are f32.
 #[allow(clippy::too_many_arguments)]
-pub fn check_batch_norm(
-    x: &[f32],
+pub fn check_batch_norm<E: Element>(
+    x: &[E],
     shape: [usize; 3],
     running_mean: &[f32],
     running_var: &[f32],
     gamma: Option<&[f32]>,
     beta: Option<&[f32]>,
     eps: f32,
-    y: &[f32],
+    y: &[E],
 ) -> Result<f64, NormMismatch> {
     let [_, c, s] = shape;
+    let x = &widen(x)[..];
     let exact = batch_norm(x, shape, running_mean, running_var, gamma, beta, eps);
     let mut worst = 0.0f64;
     for (at, (&v, &e)) in x.iter().zip(&exact).enumerate() {
@@ -484,17 +511,18 @@ pub fn check_batch_norm(
             + (v as f64 - mu).abs() * f32::MIN_POSITIVE as f64 * U;
         within("y", at, y[at], e, bound)?;
         if bound > 0.0 && (e as f32).is_finite() {
-            worst = worst.max((y[at] as f64 - e).abs() / bound);
+            worst = worst.max(ratio(y[at], e, bound));
         }
     }
     Ok(worst)
 }
 
-/// The results of `kernels::batch_norm_train_with_stats` to check.
+/// The results of `kernels::batch_norm_train_with_stats` to check: `y` in the storage type
+/// `E` of the kernel's data tensors, the statistics in f32.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchNormTrainOutputs<'a> {
+pub struct BatchNormTrainOutputs<'a, E: Element = f32> {
     /// `y`.
-    pub y: &'a [f32],
+    pub y: &'a [E],
     /// The running mean after the call.
     pub running_mean: &'a [f32],
     /// The running variance after the call.
@@ -512,9 +540,14 @@ pub struct BatchNormTrainOutputs<'a> {
 /// of the update with the exact statistics (`r` the exact new value; the `2⁻⁵⁰` term covers the
 /// f64 arithmetic of the update). `running_mean`, `running_var` are the values before the
 /// call. NaN channels must be NaN throughout.
+///
+/// `x` and `got.y` are in the storage type `E` (`x` widened exactly; for f16 and bf16 each `y`
+/// must be the rounding to `E` of an f32 within the bound, and the ratio returned compares with
+/// the f32 bound alone); the running statistics, `gamma`, `beta` and the statistics in `got`
+/// are f32.
 #[allow(clippy::too_many_arguments)]
-pub fn check_batch_norm_train(
-    x: &[f32],
+pub fn check_batch_norm_train<E: Element>(
+    x: &[E],
     shape: [usize; 3],
     running_mean: &[f32],
     running_var: &[f32],
@@ -522,9 +555,10 @@ pub fn check_batch_norm_train(
     beta: Option<&[f32]>,
     eps: f32,
     momentum: f32,
-    got: BatchNormTrainOutputs,
+    got: BatchNormTrainOutputs<E>,
 ) -> Result<f64, NormMismatch> {
     let [n, c, s] = shape;
+    let x = &widen(x)[..];
     let exact = batch_norm_train(x, shape, running_mean, running_var, gamma, beta, eps, momentum);
     let m = momentum as f64;
     let count = (n * s) as f64;
@@ -545,7 +579,7 @@ pub fn check_batch_norm_train(
                 let bound = element_bound(exact.y[at], g, b, rs, e_mu, eps_r);
                 within("y", at, got.y[at], exact.y[at], bound)?;
                 if bound > 0.0 && (exact.y[at] as f32).is_finite() {
-                    worst = worst.max((got.y[at] as f64 - exact.y[at]).abs() / bound);
+                    worst = worst.max(ratio(got.y[at], exact.y[at], bound));
                 }
             }
         }
