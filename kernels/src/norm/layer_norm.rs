@@ -341,7 +341,7 @@ pub(crate) trait RowOp {
     type Stats: Copy;
     /// The vector normalize sweep of a row, writing `E`, reading `h` from `V`.
     type Sweep<S: Simd, E: Element, V: Values<S>>: Pending<S>;
-    /// The statistics sweep, from `src` (which also stores `h` for the add forms), with
+    /// The statistics sweep, from `src` (which also stores `h` for the f32 add forms), with
     /// `pending` run at the same offsets.
     ///
     /// # Safety

@@ -980,12 +980,15 @@ pub fn layer_norm_with_stats<E: Element>(
 /// ```
 ///
 /// `h` is built and its statistics gathered in the same sweep; `h` is written to `h` when
-/// given (the Pre-LN residual stream), else it only passes through `out`. `residual` holds `α`
-/// (1 by default; DeepNorm's `(2N)^¼`) and the optional bias `b` (length `d`).
+/// given (the Pre-LN residual stream), else (f32) it only passes through `out`. `residual`
+/// holds `α` (1 by default; DeepNorm's `(2N)^¼`) and the optional bias `b` (length `d`). For
+/// f16/bf16 tensors, `h` is formed in f32 from the widened `x`, `r` and the f32 `b`; `y` comes
+/// from that f32 `h`, and the `h` output is it rounded once (see the
+/// [storage types](self#storage-types)).
 ///
 /// Error bound: `y` is within the bound of [`layer_norm()`] of the exact LayerNorm of the f32
 /// `h` (which is exactly the rounded value above: `reference::residual` reproduces it bit for
-/// bit). NaN policy as [`layer_norm()`], on `h` (an `h` that overflows to ±∞ makes its row NaN).
+/// bit), plus one rounding for a half `y`. NaN policy as [`layer_norm()`], on `h` (an `h` that overflows to ±∞ makes its row NaN).
 ///
 /// # Errors
 /// [`Error::Shape`] naming `x`, `r`, `out`, `h`, `bias`, `gamma` or `beta` on a length mismatch;
