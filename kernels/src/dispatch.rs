@@ -20,8 +20,6 @@ pub(crate) struct Table {
     pub f32: Entries<f32>,
     pub f16: Entries<f16>,
     pub bf16: Entries<bf16>,
-    pub norm: unsafe fn(&NormCall),
-    pub batch_norm: unsafe fn(&BatchNormCall),
 }
 
 /// The entry points of one ISA for tensors stored as `E` (see [`Element`]).
@@ -34,6 +32,8 @@ pub(crate) struct Entries<E> {
     pub softmax: unsafe fn(&SoftmaxCall<E>),
     pub attention: unsafe fn(&AttentionCall<E>),
     pub gau: unsafe fn(&GauCall<E>),
+    pub norm: unsafe fn(&NormCall<E>),
+    pub batch_norm: unsafe fn(&BatchNormCall<E>),
 }
 
 /// Defines `mod $name` with the entry points of one ISA and its `TABLE`.
@@ -102,13 +102,13 @@ macro_rules! isa_table {
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn norm(call: &NormCall) {
+            unsafe fn norm<E: Element>(call: &NormCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::norm::norm_rows(token(), call) }
             }
 
             $(#[target_feature(enable = $features)])?
-            unsafe fn batch_norm(call: &BatchNormCall) {
+            unsafe fn batch_norm<E: Element>(call: &BatchNormCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
                 unsafe { crate::norm::batch_norm_call(token(), call) }
             }
@@ -123,6 +123,8 @@ macro_rules! isa_table {
                     softmax: softmax::<E>,
                     attention: attention::<E>,
                     gau: gau::<E>,
+                    norm: norm::<E>,
+                    batch_norm: batch_norm::<E>,
                 }
             }
 
@@ -131,8 +133,6 @@ macro_rules! isa_table {
                 f32: entries::<f32>(),
                 f16: entries::<f16>(),
                 bf16: entries::<bf16>(),
-                norm,
-                batch_norm,
             };
         }
     };

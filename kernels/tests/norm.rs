@@ -681,9 +681,9 @@ fn errors_name_the_argument() {
     let mut y = [0.0f32; 8];
     let ln = LayerNormOptions::default();
     // Empty inputs are no-ops.
-    k.layer_norm(&[], &mut [], 0, &ln).unwrap();
-    k.layer_norm(&[], &mut [], 4, &ln).unwrap();
-    k.rms_norm_inplace(&mut [], 3, &Default::default()).unwrap();
+    k.layer_norm::<f32>(&[], &mut [], 0, &ln).unwrap();
+    k.layer_norm::<f32>(&[], &mut [], 4, &ln).unwrap();
+    k.rms_norm_inplace::<f32>(&mut [], 3, &Default::default()).unwrap();
 
     for eps in [0.0, -1e-5, f32::NAN, f32::INFINITY] {
         let bad = LayerNormOptions { eps, ..ln };
@@ -883,4 +883,359 @@ fn batch_norm_with_a_subnormal_folded_scale() {
         reference::check_batch_norm(&x, [3, 1, 1], &mean, &var, Some(&gamma), Some(&beta), opts.eps, &y)
             .unwrap_or_else(|e| panic!("{}: {e:?}", k.isa()));
     }
+}
+
+// ---- f16 and bf16 storage ----------------------------------------------------------------
+//
+// The same cases, with the tensors (`x`, `r`, `y`, `h`) stored as f16 or bf16 and the
+// parameters in f32. The reference checks widen the inputs exactly and accept each half
+// output iff it lies between the roundings to the type of the ends of the f32 bound; the `h`
+// output must be the f32 residual (of the widened inputs) rounded once, bit for bit.
+
+/// A storage type both the kernels and the reference know.
+trait Half: kernels::Element + reference::Element {}
+impl Half for half::f16 {}
+impl Half for half::bf16 {}
+
+fn narrow<E: Half>(v: &[f32]) -> Vec<E> {
+    v.iter().map(|&x| <E as kernels::Element>::from_f32(x)).collect()
+}
+
+fn wide<E: Half>(v: &[E]) -> Vec<f32> {
+    v.iter().map(|&x| <E as kernels::Element>::to_f32(x)).collect()
+}
+
+/// `data` in a fresh buffer at an offset of `offset` elements (NaN before it); the slice the
+/// kernel sees is `buf[offset..]`.
+fn misaligned_as<E: Half>(data: &[E], offset: usize) -> Vec<E> {
+    let mut buf = vec![<E as kernels::Element>::from_f32(f32::NAN); offset];
+    buf.extend_from_slice(data);
+    buf
+}
+
+/// The output scales of the half cases: ordinary, beyond f16's range (γ large: `|y| > 65504`
+/// while the inputs fit), f16 subnormals, and bf16 (= f32) subnormals. `β` is scaled alike so
+/// that small outputs stay small.
+fn half_scale() -> impl Strategy<Value = f32> {
+    prop_oneof![3 => Just(1.0f32), 1 => Just(3.0e4f32), 1 => Just(1.0e-6f32), 1 => Just(1.0e-39f32)]
+}
+
+/// `p` (1 where absent) times `scale`; unchanged when `scale` is 1.
+fn scaled(p: &Option<Vec<f32>>, d: usize, scale: f32) -> Option<Vec<f32>> {
+    if scale == 1.0 {
+        return p.clone();
+    }
+    Some(
+        p.clone()
+            .unwrap_or_else(|| vec![1.0; d])
+            .iter()
+            .map(|v| v * scale)
+            .collect(),
+    )
+}
+
+/// The bit-for-bit comparison of half outputs (NaN matching NaN).
+fn same_bits<E: Half>(a: &[E], b: &[E]) -> bool {
+    wide(a)
+        .iter()
+        .zip(&wide(b))
+        .all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
+}
+
+fn half_layer_norm<E: Half>(k: &Kernels, c: &LnCase, scale: f32) -> Result<(), TestCaseError> {
+    let x: Vec<E> = narrow(&c.x);
+    let (gamma, beta) = (scaled(&c.gamma, c.d, scale), scaled(&c.beta, c.d, scale));
+    let opts = LayerNormOptions {
+        gamma: gamma.as_deref(),
+        beta: beta.as_deref(),
+        eps: c.eps,
+    };
+    let rows = x.len() / c.d;
+    let zero = <E as kernels::Element>::from_f32(0.0);
+    let mut buf = misaligned_as(&x, c.offset);
+    let o = (c.offset * 7) % 16;
+    let mut out = misaligned_as(&vec![zero; x.len()], o);
+    let (mut mean, mut rstd) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    let y = match c.mode {
+        1 => {
+            k.layer_norm_inplace(&mut buf[c.offset..], c.d, &opts).unwrap();
+            buf[c.offset..].to_vec()
+        }
+        2 => {
+            let stats = RowStats {
+                mean: Some(&mut mean),
+                rstd: Some(&mut rstd),
+            };
+            k.layer_norm_with_stats(&buf[c.offset..], &mut out[o..], c.d, &opts, stats)
+                .unwrap();
+            out[o..].to_vec()
+        }
+        _ => {
+            k.layer_norm(&buf[c.offset..], &mut out[o..], c.d, &opts).unwrap();
+            out[o..].to_vec()
+        }
+    };
+    prop_assert!(
+        wide(&out[..o]).iter().all(|v| v.is_nan()),
+        "wrote before the output slice"
+    );
+    let (m, r) = if c.mode == 2 {
+        (Some(&mean[..]), Some(&rstd[..]))
+    } else {
+        (None, None)
+    };
+    reference::check_layer_norm(&x, c.d, opts.gamma, opts.beta, c.eps, &y, m, r).map_err(|m| {
+        TestCaseError::fail(format!(
+            "{} layer_norm isa {} d {} scale {scale:e}: {m}",
+            <E as kernels::Element>::NAME,
+            k.isa(),
+            c.d
+        ))
+    })?;
+    Ok(())
+}
+
+/// The add forms in `E`: `y` against the norm of the f32 `h` of the widened inputs, the `h`
+/// output (modes 1–3) equal to that `h` rounded once, and `y` independent of the mode.
+fn half_add<E: Half>(k: &Kernels, c: &AddCase, scale: f32, rms: bool) -> Result<(), TestCaseError> {
+    let name = <E as kernels::Element>::NAME;
+    let (x, r): (Vec<E>, Vec<E>) = (narrow(&c.x), narrow(&c.r));
+    let h = reference::residual(&wide(&x), &wide(&r), c.bias.as_deref(), c.alpha, c.d);
+    let want_h: Vec<E> = narrow(&h);
+    let (gamma, beta) = (scaled(&c.gamma, c.d, scale), scaled(&c.beta, c.d, scale));
+    let residual = Residual {
+        alpha: c.alpha,
+        bias: c.bias.as_deref(),
+    };
+    let ln = LayerNormOptions {
+        gamma: gamma.as_deref(),
+        beta: beta.as_deref(),
+        eps: c.eps,
+    };
+    let rn = RmsNormOptions {
+        gain: gamma.as_deref(),
+        eps: c.eps,
+    };
+    let n = x.len();
+    let rows = n / c.d;
+    let zero = <E as kernels::Element>::from_f32(0.0);
+    let run = |mode: u8| -> (Vec<E>, Option<Vec<E>>, Option<Stats>) {
+        let mut yb = misaligned_as(&vec![zero; n], 3);
+        let y = &mut yb[3..];
+        let (mut got_h, mut stats) = (None, None);
+        match mode {
+            0 if rms => k.add_rms_norm(&x, &r, y, None, c.d, &residual, &rn).unwrap(),
+            0 => k.add_layer_norm(&x, &r, y, None, c.d, &residual, &ln).unwrap(),
+            2 => {
+                let mut xb = misaligned_as(&x, 5);
+                if rms {
+                    k.add_rms_norm_inplace(&mut xb[5..], &r, y, c.d, &residual, &rn)
+                        .unwrap();
+                } else {
+                    k.add_layer_norm_inplace(&mut xb[5..], &r, y, c.d, &residual, &ln)
+                        .unwrap();
+                }
+                got_h = Some(xb[5..].to_vec());
+            }
+            _ => {
+                let mut hb = vec![zero; n];
+                if rms {
+                    k.add_rms_norm(&x, &r, y, Some(&mut hb), c.d, &residual, &rn).unwrap();
+                } else if mode == 3 {
+                    let (mut mean, mut rstd) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+                    let s = RowStats {
+                        mean: Some(&mut mean),
+                        rstd: Some(&mut rstd),
+                    };
+                    k.add_layer_norm_with_stats(&x, &r, y, Some(&mut hb), c.d, &residual, &ln, s)
+                        .unwrap();
+                    stats = Some((mean, rstd));
+                } else {
+                    k.add_layer_norm(&x, &r, y, Some(&mut hb), c.d, &residual, &ln).unwrap();
+                }
+                got_h = Some(hb);
+            }
+        }
+        assert!(
+            wide(&yb[..3]).iter().all(|v| v.is_nan()),
+            "wrote before the output slice"
+        );
+        (yb[3..].to_vec(), got_h, stats)
+    };
+    let mode = if rms { c.mode % 3 } else { c.mode };
+    let (y, got_h, stats) = run(mode);
+    if let Some(got_h) = &got_h {
+        for (j, (a, b)) in wide(&want_h).iter().zip(&wide(got_h)).enumerate() {
+            prop_assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{name} isa {}: h[{j}] = {b:e}, want {a:e} (f32 h {:e})",
+                k.isa(),
+                h[j]
+            );
+        }
+    }
+    let checked = if rms {
+        reference::check_rms_norm(&h, c.d, rn.gain, c.eps, &y)
+    } else {
+        let (m, r) = (stats.as_ref().map(|s| &s.0[..]), stats.as_ref().map(|s| &s.1[..]));
+        reference::check_layer_norm(&h, c.d, ln.gamma, ln.beta, c.eps, &y, m, r)
+    };
+    checked.map_err(|m| {
+        TestCaseError::fail(format!(
+            "{name} add (rms {rms}, mode {mode}) isa {} d {} scale {scale:e}: {m}",
+            k.isa(),
+            c.d
+        ))
+    })?;
+    if mode != 0 {
+        // Writing `h` (even over `x`) does not change `y`.
+        prop_assert!(
+            same_bits(&y, &run(0).0),
+            "{name} isa {}: y depends on the h output",
+            k.isa()
+        );
+    }
+    Ok(())
+}
+
+fn half_rms_norm<E: Half>(k: &Kernels, c: &RmsCase, scale: f32) -> Result<(), TestCaseError> {
+    let x: Vec<E> = narrow(&c.x);
+    let gain = scaled(&c.gain, c.d, scale);
+    let opts = RmsNormOptions {
+        gain: gain.as_deref(),
+        eps: c.eps,
+    };
+    let mut buf = misaligned_as(&x, c.offset);
+    let y = if c.inplace {
+        k.rms_norm_inplace(&mut buf[c.offset..], c.d, &opts).unwrap();
+        buf[c.offset..].to_vec()
+    } else {
+        let mut out = vec![<E as kernels::Element>::from_f32(0.0); x.len()];
+        k.rms_norm(&buf[c.offset..], &mut out, c.d, &opts).unwrap();
+        out
+    };
+    reference::check_rms_norm(&x, c.d, opts.gain, c.eps, &y).map_err(|m| {
+        TestCaseError::fail(format!(
+            "{} rms_norm isa {} d {} scale {scale:e}: {m}",
+            <E as kernels::Element>::NAME,
+            k.isa(),
+            c.d
+        ))
+    })?;
+    Ok(())
+}
+
+fn half_batch_norm<E: Half>(k: &Kernels, c: &BnCase, scale: f32) -> Result<(), TestCaseError> {
+    let name = <E as kernels::Element>::NAME;
+    let x: Vec<E> = narrow(&c.x);
+    let ch = c.shape[1];
+    let (gamma, beta) = (scaled(&c.gamma, ch, scale), scaled(&c.beta, ch, scale));
+    let opts = BatchNormOptions {
+        gamma: gamma.as_deref(),
+        beta: beta.as_deref(),
+        eps: c.eps,
+        momentum: c.momentum,
+    };
+    let zero = <E as kernels::Element>::from_f32(0.0);
+    // Inference, out of place and in place.
+    let mut y = vec![zero; x.len()];
+    k.batch_norm(&x, &mut y, c.shape, &c.mean, &c.var, &opts).unwrap();
+    let mut z = x.clone();
+    k.batch_norm_inplace(&mut z, c.shape, &c.mean, &c.var, &opts).unwrap();
+    prop_assert!(same_bits(&y, &z), "{name} isa {}: batch_norm in place differs", k.isa());
+    reference::check_batch_norm(&x, c.shape, &c.mean, &c.var, opts.gamma, opts.beta, c.eps, &y).map_err(|m| {
+        TestCaseError::fail(format!(
+            "{name} batch_norm isa {} shape {:?} scale {scale:e}: {m}",
+            k.isa(),
+            c.shape
+        ))
+    })?;
+    // Training.
+    let mut y = vec![zero; x.len()];
+    let (mut rm, mut rv) = (c.mean.clone(), c.var.clone());
+    let (mut mean, mut rstd) = (vec![0.0f32; ch], vec![0.0f32; ch]);
+    if c.stats {
+        let s = RowStats {
+            mean: Some(&mut mean),
+            rstd: Some(&mut rstd),
+        };
+        k.batch_norm_train_with_stats(&x, &mut y, c.shape, &mut rm, &mut rv, &opts, s)
+            .unwrap();
+    } else {
+        k.batch_norm_train(&x, &mut y, c.shape, &mut rm, &mut rv, &opts)
+            .unwrap();
+    }
+    let got = BatchNormTrainOutputs {
+        y: &y,
+        running_mean: &rm,
+        running_var: &rv,
+        mean: c.stats.then_some(&mean[..]),
+        rstd: c.stats.then_some(&rstd[..]),
+    };
+    reference::check_batch_norm_train(
+        &x, c.shape, &c.mean, &c.var, opts.gamma, opts.beta, c.eps, c.momentum, got,
+    )
+    .map_err(|m| {
+        TestCaseError::fail(format!(
+            "{name} batch_norm_train isa {} shape {:?} scale {scale:e}: {m}",
+            k.isa(),
+            c.shape
+        ))
+    })?;
+    Ok(())
+}
+
+#[test]
+fn half_layer_norm_matches_oracle_on_every_isa() {
+    run_prop("half_layer_norm", 100, (ln_case(), half_scale()), |(c, scale)| {
+        for k in all_kernels() {
+            half_layer_norm::<half::f16>(&k, &c, scale)?;
+            half_layer_norm::<half::bf16>(&k, &c, scale)?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn half_add_layer_norm_matches_oracle_on_every_isa() {
+    run_prop("half_add_layer_norm", 100, (add_case(), half_scale()), |(c, scale)| {
+        for k in all_kernels() {
+            half_add::<half::f16>(&k, &c, scale, false)?;
+            half_add::<half::bf16>(&k, &c, scale, false)?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn half_rms_norm_matches_oracle_on_every_isa() {
+    run_prop("half_rms_norm", 100, (rms_case(), half_scale()), |(c, scale)| {
+        for k in all_kernels() {
+            half_rms_norm::<half::f16>(&k, &c, scale)?;
+            half_rms_norm::<half::bf16>(&k, &c, scale)?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn half_add_rms_norm_matches_oracle_on_every_isa() {
+    run_prop("half_add_rms_norm", 100, (add_case(), half_scale()), |(c, scale)| {
+        for k in all_kernels() {
+            half_add::<half::f16>(&k, &c, scale, true)?;
+            half_add::<half::bf16>(&k, &c, scale, true)?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn half_batch_norm_matches_oracle_on_every_isa() {
+    run_prop("half_batch_norm", 100, (bn_case(), half_scale()), |(c, scale)| {
+        for k in all_kernels() {
+            half_batch_norm::<half::f16>(&k, &c, scale)?;
+            half_batch_norm::<half::bf16>(&k, &c, scale)?;
+        }
+        Ok(())
+    });
 }

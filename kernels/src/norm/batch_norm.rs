@@ -21,7 +21,7 @@ use super::{
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
-use crate::Error;
+use crate::{Element, Error};
 
 /// Options of [`batch_norm`](crate::batch_norm()) and
 /// [`batch_norm_train`](crate::batch_norm_train()).
@@ -50,9 +50,9 @@ impl Default for BatchNormOptions<'_> {
 }
 
 /// A validated BatchNorm call, in raw form.
-pub(crate) struct BatchNormCall {
-    pub x: *const f32,
-    pub y: *mut f32,
+pub(crate) struct BatchNormCall<E> {
+    pub x: *const E,
+    pub y: *mut E,
     /// `[N, C, S]`.
     pub shape: [usize; 3],
     pub gamma: *const f32,
@@ -69,9 +69,9 @@ pub(crate) struct BatchNormCall {
 }
 
 /// The arguments of a BatchNorm call before validation.
-struct BatchArgs<'a, 's> {
-    x: (*const f32, usize),
-    y: (*mut f32, usize),
+struct BatchArgs<'a, 's, E> {
+    x: (*const E, usize),
+    y: (*mut E, usize),
     shape: [usize; 3],
     running: (*mut f32, usize, *mut f32, usize),
     opts: BatchNormOptions<'a>,
@@ -80,7 +80,7 @@ struct BatchArgs<'a, 's> {
 }
 
 impl Kernels {
-    fn batch_norm_call(&self, a: BatchArgs) -> Result<(), Error> {
+    fn batch_norm_call<E: Element>(&self, a: BatchArgs<E>) -> Result<(), Error> {
         let [n, c, sp] = a.shape;
         let len = n
             .checked_mul(c)
@@ -126,17 +126,17 @@ impl Kernels {
         if len > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
             // what `BatchNormCall` says, as checked above; `y` equals `x` or is disjoint from it.
-            unsafe { (self.table().batch_norm)(&call) }
+            unsafe { (self.entries::<E>().batch_norm)(&call) }
         }
         Ok(())
     }
 
     /// BatchNorm in inference mode, from the running statistics. See
     /// [`batch_norm`](crate::batch_norm()).
-    pub fn batch_norm(
+    pub fn batch_norm<E: Element>(
         &self,
-        x: &[f32],
-        out: &mut [f32],
+        x: &[E],
+        out: &mut [E],
         shape: [usize; 3],
         running_mean: &[f32],
         running_var: &[f32],
@@ -159,9 +159,9 @@ impl Kernels {
     }
 
     /// [`batch_norm`](Self::batch_norm) in place.
-    pub fn batch_norm_inplace(
+    pub fn batch_norm_inplace<E: Element>(
         &self,
-        x: &mut [f32],
+        x: &mut [E],
         shape: [usize; 3],
         running_mean: &[f32],
         running_var: &[f32],
@@ -185,10 +185,10 @@ impl Kernels {
 
     /// BatchNorm in training mode: batch statistics, running averages updated. See
     /// [`batch_norm_train`](crate::batch_norm_train()).
-    pub fn batch_norm_train(
+    pub fn batch_norm_train<E: Element>(
         &self,
-        x: &[f32],
-        out: &mut [f32],
+        x: &[E],
+        out: &mut [E],
         shape: [usize; 3],
         running_mean: &mut [f32],
         running_var: &mut [f32],
@@ -200,10 +200,10 @@ impl Kernels {
     /// [`batch_norm_train`](Self::batch_norm_train) with the batch mean and rstd of each
     /// channel (what a backward pass needs).
     #[allow(clippy::too_many_arguments)]
-    pub fn batch_norm_train_with_stats(
+    pub fn batch_norm_train_with_stats<E: Element>(
         &self,
-        x: &[f32],
-        out: &mut [f32],
+        x: &[E],
+        out: &mut [E],
         shape: [usize; 3],
         running_mean: &mut [f32],
         running_var: &mut [f32],
@@ -234,10 +234,10 @@ const INFERENCE_RUN: usize = 1024;
 /// Entry of the generic body.
 ///
 /// # Safety
-/// `call` is validated: `x`, `y` cover `N·C·S` floats (equal if they overlap), the per-channel
-/// pointers cover `C` floats or are null where optional.
+/// `call` is validated: `x`, `y` cover `N·C·S` elements (equal if they overlap), the
+/// per-channel pointers cover `C` floats or are null where optional.
 #[inline(always)]
-pub(crate) unsafe fn batch_norm_call<S: Simd>(s: S, call: &BatchNormCall) {
+pub(crate) unsafe fn batch_norm_call<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         if call.train {
@@ -253,7 +253,7 @@ pub(crate) unsafe fn batch_norm_call<S: Simd>(s: S, call: &BatchNormCall) {
 /// # Safety
 /// `c < C`.
 #[inline(always)]
-unsafe fn affine_of(call: &BatchNormCall, c: usize) -> (f32, f32) {
+unsafe fn affine_of<E>(call: &BatchNormCall<E>, c: usize) -> (f32, f32) {
     // SAFETY: `c < C` and the pointers cover `C` floats when not null.
     unsafe {
         let g = if call.gamma.is_null() { 1.0 } else { *call.gamma.add(c) };
@@ -268,7 +268,7 @@ unsafe fn affine_of(call: &BatchNormCall, c: usize) -> (f32, f32) {
 /// # Safety
 /// `c < C`.
 #[inline(always)]
-unsafe fn fold(call: &BatchNormCall, c: usize) -> (f32, f32) {
+unsafe fn fold<E>(call: &BatchNormCall<E>, c: usize) -> (f32, f32) {
     // SAFETY: `c < C`; the running statistics cover `C` floats.
     unsafe {
         let (g, b) = affine_of(call, c);
@@ -283,7 +283,7 @@ unsafe fn fold(call: &BatchNormCall, c: usize) -> (f32, f32) {
 /// # Safety
 /// As [`batch_norm_call`].
 #[inline(always)]
-unsafe fn inference<S: Simd>(s: S, call: &BatchNormCall) {
+unsafe fn inference<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let [n, c, sp] = call.shape;
     // SAFETY (both paths): segment `(i, ch)` is `x[(i·C + ch)·S ..][..S]`, inside `N·C·S`; the
     // channel indices are `< C`; `j + m` stays within the run or segment.
@@ -346,7 +346,7 @@ enum Channel {
 /// # Safety
 /// As [`batch_norm_call`].
 #[inline(always)]
-unsafe fn train<S: Simd>(s: S, call: &BatchNormCall) {
+unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let [n, c, sp] = call.shape;
     let block = ACC * S::LANES;
     let run = 4 * block;
@@ -354,7 +354,7 @@ unsafe fn train<S: Simd>(s: S, call: &BatchNormCall) {
     // `N·C·S`; the channel indices are `< C`.
     if sp >= run {
         for ch in 0..c {
-            let k = unsafe { *call.x.add(ch * sp) };
+            let k = unsafe { (*call.x.add(ch * sp)).to_f32() };
             let mut mo = Moments::default();
             for i in 0..n {
                 let src = Plain {
@@ -450,14 +450,21 @@ impl Consts {
     }
 }
 
-/// Normalizes a run of `len` floats: with the per-position constants of `consts` if given,
-/// else as the single channel `how` says.
+/// Normalizes a run of `len` elements (from `x`, never from `y`): with the per-position
+/// constants of `consts` if given, else as the single channel `how` says.
 ///
 /// # Safety
-/// `x` covers `len` floats, `y` as many writable ones (equal to `x` if they overlap);
+/// `x` covers `len` elements, `y` as many writable ones (equal to `x` if they overlap);
 /// `consts` covers `len` positions.
 #[inline(always)]
-unsafe fn normalize_run<S: Simd>(s: S, how: Channel, x: *const f32, y: *mut f32, len: usize, consts: Option<&Consts>) {
+unsafe fn normalize_run<S: Simd, E: Element>(
+    s: S,
+    how: Channel,
+    x: *const E,
+    y: *mut E,
+    len: usize,
+    consts: Option<&Consts>,
+) {
     // SAFETY: `j + m ≤ len` for every operand; `x[j]` is read before `y[j]` is written.
     unsafe {
         if let Some(k) = consts {
@@ -481,10 +488,11 @@ unsafe fn normalize_run<S: Simd>(s: S, how: Channel, x: *const f32, y: *mut f32,
             }
             Channel::Wide(mean, rstd, g, b) => {
                 for j in 0..len {
-                    *y.add(j) = ((*x.add(j) as f64 - mean) * rstd * g as f64 + b as f64) as f32;
+                    let v = ((*x.add(j)).to_f32() as f64 - mean) * rstd * g as f64 + b as f64;
+                    *y.add(j) = E::from_f32(v as f32);
                 }
             }
-            Channel::Nan => std::slice::from_raw_parts_mut(y, len).fill(f32::NAN),
+            Channel::Nan => std::slice::from_raw_parts_mut(y, len).fill(E::from_f32(f32::NAN)),
         }
     }
 }
@@ -496,7 +504,14 @@ unsafe fn normalize_run<S: Simd>(s: S, how: Channel, x: *const f32, y: *mut f32,
 /// # Safety
 /// `x + r·stride .. + width` is readable for `r < rows`; `rows ≥ 1`.
 #[inline(always)]
-unsafe fn column_moments<S: Simd>(s: S, x: *const f32, stride: usize, rows: usize, width: usize, out: &mut [Moments]) {
+unsafe fn column_moments<S: Simd, E: Element>(
+    s: S,
+    x: *const E,
+    stride: usize,
+    rows: usize,
+    width: usize,
+    out: &mut [Moments],
+) {
     let lanes = S::LANES;
     let nv = width.div_ceil(lanes);
     let zero = s.splat(0.0);
@@ -549,7 +564,7 @@ unsafe fn column_moments<S: Simd>(s: S, x: *const f32, stride: usize, rows: usiz
 /// # Safety
 /// As [`column_moments`], with `r < rows` and `j·LANES < width`.
 #[inline(always)]
-unsafe fn column<S: Simd>(s: S, x: *const f32, stride: usize, width: usize, r: usize, j: usize) -> S::V {
+unsafe fn column<S: Simd, E: Element>(s: S, x: *const E, stride: usize, width: usize, r: usize, j: usize) -> S::V {
     let lanes = S::LANES;
     // SAFETY: the vector covers `j·LANES .. min((j + 1)·LANES, width)` of row `r`.
     unsafe { load_n(s, x.add(r * stride), j * lanes, lanes.min(width - j * lanes)) }
@@ -561,7 +576,7 @@ unsafe fn column<S: Simd>(s: S, x: *const f32, stride: usize, width: usize, r: u
 ///
 /// # Safety
 /// `ch < C`.
-unsafe fn finish(call: &BatchNormCall, ch: usize, mo: Moments) -> Channel {
+unsafe fn finish<E: Element>(call: &BatchNormCall<E>, ch: usize, mo: Moments) -> Channel {
     let [n, c, sp] = call.shape;
     let count = (n * sp) as f64;
     // SAFETY: `ch < C`; the pointers cover `C` floats when not null; the f64 path reads the
@@ -570,7 +585,7 @@ unsafe fn finish(call: &BatchNormCall, ch: usize, mo: Moments) -> Channel {
         let (stats, wide) = if mo.fits_f32() {
             (Some(mo), false)
         } else {
-            let at = |i: usize, j: usize| *call.x.add((i * c + ch) * sp + j) as f64;
+            let at = |i: usize, j: usize| (*call.x.add((i * c + ch) * sp + j)).to_f32() as f64;
             let all = || (0..n).flat_map(move |i| (0..sp).map(move |j| at(i, j)));
             let stats = all().all(f64::is_finite).then(|| {
                 let mean = all().sum::<f64>() / count;

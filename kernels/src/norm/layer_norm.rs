@@ -2,11 +2,11 @@
 
 use super::{
     check_eps, check_len, check_opt, for_each_vector, load_n, moments, moments_f64, mut_ptr_of, ptr_of, rstd_of,
-    store_n, AddResidual, Affine, Idle, Pending, Plain, Source,
+    store_n, AddResidual, Affine, Idle, Pending, Plain, RowSource, Source, Values,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
-use crate::Error;
+use crate::{Element, Error};
 
 /// Options of [`layer_norm`](crate::layer_norm()) and
 /// [`add_layer_norm`](crate::add_layer_norm()): the affine parameters and ε.
@@ -66,17 +66,18 @@ pub(crate) enum NormKind {
 }
 
 /// A validated LayerNorm or RMSNorm call, plain or with the residual add, in raw form.
-pub(crate) struct NormCall {
+pub(crate) struct NormCall<E> {
     pub kind: NormKind,
-    pub x: *const f32,
+    pub x: *const E,
     /// The residual branch; null for the plain forms.
-    pub r: *const f32,
+    pub r: *const E,
     /// The bias of the residual add (length `d`); null for none.
     pub bias: *const f32,
     pub alpha: f32,
-    /// Where the add forms store `h`: the `h` output, `y` (as scratch) or `x` (in place).
-    pub h: *mut f32,
-    pub y: *mut f32,
+    /// Where the add forms store `h`: the `h` output, `y` (as scratch, f32 only) or `x` (in
+    /// place); null for the plain forms and for a half type without an `h` output.
+    pub h: *mut E,
+    pub y: *mut E,
     /// `γ` (or RMSNorm's `g`); null for none.
     pub gamma: *const f32,
     /// `β`; null for none (always for RMSNorm).
@@ -90,16 +91,16 @@ pub(crate) struct NormCall {
 }
 
 /// The arguments of a norm call before validation.
-pub(crate) struct NormArgs<'a, 's> {
+pub(crate) struct NormArgs<'a, 's, E> {
     pub kind: NormKind,
     /// `x` and its length.
-    pub x: (*const f32, usize),
+    pub x: (*const E, usize),
     /// `out` and its length (equal to `x` in place).
-    pub y: (*mut f32, usize),
+    pub y: (*mut E, usize),
     /// The residual branch `r` with the add's parameters; `None` for the plain forms.
-    pub add: Option<(&'a [f32], Residual<'a>)>,
+    pub add: Option<(&'a [E], Residual<'a>)>,
     /// The `h` output and its length, if asked for (`x` itself in the in-place add forms).
-    pub h: Option<(*mut f32, usize)>,
+    pub h: Option<(*mut E, usize)>,
     pub d: usize,
     pub gamma: Option<&'a [f32]>,
     pub beta: Option<&'a [f32]>,
@@ -127,7 +128,7 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
 
 impl Kernels {
     /// Validates `a` and runs the call.
-    pub(crate) fn norm(&self, a: NormArgs) -> Result<(), Error> {
+    pub(crate) fn norm<E: Element>(&self, a: NormArgs<E>) -> Result<(), Error> {
         let (x, len) = a.x;
         let rows = rows_of(len, a.d)?;
         check_len("out", a.y.1, len, "as x")?;
@@ -161,8 +162,10 @@ impl Kernels {
         let h = match (a.add.is_some(), a.h) {
             (false, _) => std::ptr::null_mut(),
             (true, Some((h, _))) => h,
-            // Without an `h` output, `y` holds `h` between the two sweeps.
-            (true, None) => a.y.0,
+            // Without an `h` output, `y` holds `h` between the two sweeps in f32; a half type
+            // rebuilds `h` in the normalize sweep instead (a stored `h` would be rounded).
+            (true, None) if E::IS_F32 => a.y.0,
+            (true, None) => std::ptr::null_mut(),
         };
         let call = NormCall {
             kind: a.kind,
@@ -184,19 +187,25 @@ impl Kernels {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
             // what `NormCall` says, as checked above; outputs alias inputs only where the
             // in-place forms put `y` (or `h`) on `x`, which the sweeps allow.
-            unsafe { (self.table().norm)(&call) }
+            unsafe { (self.entries::<E>().norm)(&call) }
         }
         Ok(())
     }
 
     /// LayerNorm of each row of `x` (`[rows, d]`) into `out`. See
     /// [`layer_norm`](crate::layer_norm()).
-    pub fn layer_norm(&self, x: &[f32], out: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+    pub fn layer_norm<E: Element>(
+        &self,
+        x: &[E],
+        out: &mut [E],
+        d: usize,
+        opts: &LayerNormOptions,
+    ) -> Result<(), Error> {
         self.layer_norm_with_stats(x, out, d, opts, RowStats::default())
     }
 
     /// LayerNorm of each row of `x` (`[rows, d]`), in place.
-    pub fn layer_norm_inplace(&self, x: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+    pub fn layer_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
         self.norm(NormArgs {
             kind: NormKind::Layer,
             x: (x.as_ptr(), x.len()),
@@ -213,10 +222,10 @@ impl Kernels {
 
     /// LayerNorm of each row of `x` into `out`, with the per-row mean and rstd. See
     /// [`layer_norm`](crate::layer_norm()).
-    pub fn layer_norm_with_stats(
+    pub fn layer_norm_with_stats<E: Element>(
         &self,
-        x: &[f32],
-        out: &mut [f32],
+        x: &[E],
+        out: &mut [E],
         d: usize,
         opts: &LayerNormOptions,
         stats: RowStats,
@@ -238,12 +247,12 @@ impl Kernels {
     /// `h = α·x + (r + b)`, `out = LayerNorm(h)`, `h` written to `h` if given. See
     /// [`add_layer_norm`](crate::add_layer_norm()).
     #[allow(clippy::too_many_arguments)]
-    pub fn add_layer_norm(
+    pub fn add_layer_norm<E: Element>(
         &self,
-        x: &[f32],
-        r: &[f32],
-        out: &mut [f32],
-        h: Option<&mut [f32]>,
+        x: &[E],
+        r: &[E],
+        out: &mut [E],
+        h: Option<&mut [E]>,
         d: usize,
         residual: &Residual,
         opts: &LayerNormOptions,
@@ -253,11 +262,11 @@ impl Kernels {
 
     /// [`add_layer_norm`](Self::add_layer_norm) with the residual stream updated in place:
     /// `x ← α·x + (r + b)` (that is, `h`), `out = LayerNorm(x)`.
-    pub fn add_layer_norm_inplace(
+    pub fn add_layer_norm_inplace<E: Element>(
         &self,
-        x: &mut [f32],
-        r: &[f32],
-        out: &mut [f32],
+        x: &mut [E],
+        r: &[E],
+        out: &mut [E],
         d: usize,
         residual: &Residual,
         opts: &LayerNormOptions,
@@ -278,12 +287,12 @@ impl Kernels {
 
     /// [`add_layer_norm`](Self::add_layer_norm) with the per-row mean and rstd of `h`.
     #[allow(clippy::too_many_arguments)]
-    pub fn add_layer_norm_with_stats(
+    pub fn add_layer_norm_with_stats<E: Element>(
         &self,
-        x: &[f32],
-        r: &[f32],
-        out: &mut [f32],
-        h: Option<&mut [f32]>,
+        x: &[E],
+        r: &[E],
+        out: &mut [E],
+        h: Option<&mut [E]>,
         d: usize,
         residual: &Residual,
         opts: &LayerNormOptions,
@@ -307,20 +316,20 @@ impl Kernels {
 /// Entry of the generic bodies of LayerNorm and RMSNorm: picks the instance for the call.
 ///
 /// # Safety
-/// `call` is validated: `x`, `y` (and `r`, `h` for the add forms) cover `rows·d` floats,
+/// `call` is validated: `x`, `y` (and `r`, and `h` unless null, for the add forms) cover `rows·d` elements,
 /// `gamma`, `beta`, `bias` are null or cover `d`, `mean`, `rstd` null or cover `rows`; `y`
 /// and `h` overlap `x` only by being equal to it.
 #[inline(always)]
-pub(crate) unsafe fn norm_rows<S: Simd>(s: S, call: &NormCall) {
+pub(crate) unsafe fn norm_rows<S: Simd, E: Element>(s: S, call: &NormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match (call.kind, !call.gamma.is_null(), !call.beta.is_null()) {
-            (NormKind::Layer, false, false) => sources::<S, Layer<false, false>>(s, call),
-            (NormKind::Layer, false, true) => sources::<S, Layer<false, true>>(s, call),
-            (NormKind::Layer, true, false) => sources::<S, Layer<true, false>>(s, call),
-            (NormKind::Layer, true, true) => sources::<S, Layer<true, true>>(s, call),
-            (NormKind::Rms, false, _) => sources::<S, super::rms_norm::Rms<false>>(s, call),
-            (NormKind::Rms, true, _) => sources::<S, super::rms_norm::Rms<true>>(s, call),
+            (NormKind::Layer, false, false) => sources::<S, E, Layer<false, false>>(s, call),
+            (NormKind::Layer, false, true) => sources::<S, E, Layer<false, true>>(s, call),
+            (NormKind::Layer, true, false) => sources::<S, E, Layer<true, false>>(s, call),
+            (NormKind::Layer, true, true) => sources::<S, E, Layer<true, true>>(s, call),
+            (NormKind::Rms, false, _) => sources::<S, E, super::rms_norm::Rms<false>>(s, call),
+            (NormKind::Rms, true, _) => sources::<S, E, super::rms_norm::Rms<true>>(s, call),
         }
     }
 }
@@ -330,23 +339,35 @@ pub(crate) unsafe fn norm_rows<S: Simd>(s: S, call: &NormCall) {
 pub(crate) trait RowOp {
     /// What the statistics sweep leaves for the normalize sweep.
     type Stats: Copy;
-    /// The vector normalize sweep of a row.
-    type Sweep<S: Simd>: Pending<S>;
-    /// The statistics sweep, from `src` (which also stores `h` for the add forms), with
+    /// The vector normalize sweep of a row, writing `E`, reading `h` from `V`.
+    type Sweep<S: Simd, E: Element, V: Values<S>>: Pending<S>;
+    /// The statistics sweep, from `src` (which also stores `h` for the f32 add forms), with
     /// `pending` run at the same offsets.
     ///
     /// # Safety
     /// `src` covers `call.d ≥ 1` values; so does the row of `pending`.
-    unsafe fn stats<S: Simd, R: Source<S>, P: Pending<S>>(s: S, call: &NormCall, src: &R, pending: &P) -> Self::Stats;
-    /// The vector normalize sweep of a row from the values at `h` into `y`, or `None` if the
-    /// row takes the f64 path.
-    fn sweep<S: Simd>(s: S, call: &NormCall, st: Self::Stats, h: *const f32, y: *mut f32) -> Option<Self::Sweep<S>>;
-    /// The f64 path of a row: normalizes it into `y`, returns its `(mean, rstd)`.
+    unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>>(
+        s: S,
+        call: &NormCall<E>,
+        src: &R,
+        pending: &P,
+    ) -> Self::Stats;
+    /// The vector normalize sweep of a row from the values `h` into `y`, or `None` if the row
+    /// takes the f64 path.
+    fn sweep<S: Simd, E: Element, V: Values<S>>(
+        s: S,
+        call: &NormCall<E>,
+        st: Self::Stats,
+        h: V,
+        y: *mut E,
+    ) -> Option<Self::Sweep<S, E, V>>;
+    /// The f64 path of a row: normalizes it into `y` (and ends `h`, see [`Values::finish`]),
+    /// returns its `(mean, rstd)`.
     ///
     /// # Safety
-    /// `h` covers the `call.d` values the statistics were gathered on, `y` as many writable ones
-    /// (equal to `h` if they overlap).
-    unsafe fn wide(call: &NormCall, h: *const f32, y: *mut f32) -> (f32, f32);
+    /// `h` gives the `call.d` values the statistics were gathered on, `y` covers as many writable
+    /// ones (equal to where `h` reads if they overlap).
+    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32);
     /// The per-row outputs `(mean, rstd)` of a row on the vector path.
     fn outputs(st: Self::Stats) -> (f32, f32);
 }
@@ -356,15 +377,15 @@ pub(crate) trait RowOp {
 /// # Safety
 /// As [`norm_rows`].
 #[inline(always)]
-unsafe fn sources<S: Simd, Op: RowOp>(s: S, call: &NormCall) {
+unsafe fn sources<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         if call.r.is_null() {
-            each_row::<S, Op, Plain>(s, call);
+            each_row::<S, E, Op, Plain<E>>(s, call);
         } else if call.bias.is_null() {
-            each_row::<S, Op, AddResidual<S, false>>(s, call);
+            each_row::<S, E, Op, AddResidual<S, E, false>>(s, call);
         } else {
-            each_row::<S, Op, AddResidual<S, true>>(s, call);
+            each_row::<S, E, Op, AddResidual<S, E, true>>(s, call);
         }
     }
 }
@@ -376,7 +397,7 @@ unsafe fn sources<S: Simd, Op: RowOp>(s: S, call: &NormCall) {
 /// # Safety
 /// As [`norm_rows`].
 #[inline(always)]
-unsafe fn each_row<S: Simd, Op: RowOp, R: Source<S>>(s: S, call: &NormCall) {
+unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
     let d = call.d;
     // SAFETY: `row < rows`; `mean`, `rstd` hold `rows` entries when not null.
     let finish = |row: usize, (mean, rstd): (f32, f32)| unsafe {
@@ -387,7 +408,7 @@ unsafe fn each_row<S: Simd, Op: RowOp, R: Source<S>>(s: S, call: &NormCall) {
             *call.rstd.add(row) = rstd;
         }
     };
-    // SAFETY (below): every row lies inside the `rows·d` floats of every operand, and rows are
+    // SAFETY (below): every row lies inside the `rows·d` elements of every operand, and rows are
     // disjoint, so the sweep of one row never touches what the other reads or writes.
     let (src, h) = unsafe { R::row(s, call, 0) };
     let mut prev = (unsafe { Op::stats(s, call, &src, &Idle) }, h, call.y);
@@ -402,7 +423,7 @@ unsafe fn each_row<S: Simd, Op: RowOp, R: Source<S>>(s: S, call: &NormCall) {
                 st
             }
             None => {
-                finish(row - 1, unsafe { Op::wide(call, ph, py) });
+                finish(row - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) });
                 unsafe { Op::stats(s, call, &src, &Idle) }
             }
         };
@@ -414,7 +435,7 @@ unsafe fn each_row<S: Simd, Op: RowOp, R: Source<S>>(s: S, call: &NormCall) {
             unsafe { sweep.run(s, 0, d) };
             finish(call.rows - 1, Op::outputs(pst));
         }
-        None => finish(call.rows - 1, unsafe { Op::wide(call, ph, py) }),
+        None => finish(call.rows - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) }),
     }
 }
 
@@ -425,10 +446,15 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
     /// `(μ, rstd)`, NaN where the row needs the f64 path (a NaN or ±∞ in it, or an f32
     /// overflow of its statistics).
     type Stats = (f64, f64);
-    type Sweep<S: Simd> = Normalize<S, GAMMA, BETA>;
+    type Sweep<S: Simd, E: Element, V: Values<S>> = Normalize<S, E, V, GAMMA, BETA>;
 
     #[inline(always)]
-    unsafe fn stats<S: Simd, R: Source<S>, P: Pending<S>>(s: S, call: &NormCall, src: &R, pending: &P) -> (f64, f64) {
+    unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>>(
+        s: S,
+        call: &NormCall<E>,
+        src: &R,
+        pending: &P,
+    ) -> (f64, f64) {
         // SAFETY: the row holds `d ≥ 1` values.
         unsafe {
             let k = src.first();
@@ -442,31 +468,34 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
     }
 
     #[inline(always)]
-    fn sweep<S: Simd>(
+    fn sweep<S: Simd, E: Element, V: Values<S>>(
         s: S,
-        call: &NormCall,
+        call: &NormCall<E>,
         (mean, rstd): (f64, f64),
-        h: *const f32,
-        y: *mut f32,
-    ) -> Option<Normalize<S, GAMMA, BETA>> {
+        h: V,
+        y: *mut E,
+    ) -> Option<Normalize<S, E, V, GAMMA, BETA>> {
         (!mean.is_nan()).then(|| Normalize::new(s, call, h, y, Affine::new(mean, rstd)))
     }
 
-    unsafe fn wide(call: &NormCall, h: *const f32, y: *mut f32) -> (f32, f32) {
+    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
         let d = call.d;
-        // SAFETY: the row holds `d` values at `h` and `y`.
+        // SAFETY: the row holds `d` values at `h` and `y`; `h` is read in full before `y` is
+        // written, except by `normalize_f64`, which reads `h_j` before writing `y_j`.
         unsafe {
-            match moments_f64(h, d) {
+            let out = match moments_f64(|j| h.at(j), d) {
                 Some(mo) => {
                     let rstd = rstd_of(mo.m2 / d as f64, call.eps);
-                    normalize_f64(h, y, d, call.gamma, call.beta, mo.mean, rstd);
+                    normalize_f64::<S, E, V>(&h, y, d, call.gamma, call.beta, mo.mean, rstd);
                     (mo.mean as f32, rstd as f32)
                 }
                 None => {
-                    std::slice::from_raw_parts_mut(y, d).fill(f32::NAN);
+                    std::slice::from_raw_parts_mut(y, d).fill(E::from_f32(f32::NAN));
                     (f32::NAN, f32::NAN)
                 }
-            }
+            };
+            h.finish(d);
+            out
         }
     }
 
@@ -477,9 +506,9 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
 }
 
 /// The normalize sweep of one row: `y = fma(fma(h − μ_hi, rstd, shift), γ, β)`.
-pub(crate) struct Normalize<S: Simd, const GAMMA: bool, const BETA: bool> {
-    h: *const f32,
-    y: *mut f32,
+pub(crate) struct Normalize<S: Simd, E, V, const GAMMA: bool, const BETA: bool> {
+    h: V,
+    y: *mut E,
     gamma: *const f32,
     beta: *const f32,
     mean_hi: S::V,
@@ -487,9 +516,9 @@ pub(crate) struct Normalize<S: Simd, const GAMMA: bool, const BETA: bool> {
     shift: S::V,
 }
 
-impl<S: Simd, const GAMMA: bool, const BETA: bool> Normalize<S, GAMMA, BETA> {
+impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Normalize<S, E, V, GAMMA, BETA> {
     #[inline(always)]
-    fn new(s: S, call: &NormCall, h: *const f32, y: *mut f32, a: Affine) -> Self {
+    fn new(s: S, call: &NormCall<E>, h: V, y: *mut E, a: Affine) -> Self {
         Normalize {
             h,
             y,
@@ -502,16 +531,18 @@ impl<S: Simd, const GAMMA: bool, const BETA: bool> Normalize<S, GAMMA, BETA> {
     }
 }
 
-impl<S: Simd, const GAMMA: bool, const BETA: bool> Pending<S> for Normalize<S, GAMMA, BETA> {
+impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pending<S>
+    for Normalize<S, E, V, GAMMA, BETA>
+{
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
-        let (h, y, gamma, beta) = (self.h, self.y, self.gamma, self.beta);
+        let (h, y, gamma, beta) = (&self.h, self.y, self.gamma, self.beta);
         for_each_vector!(S::LANES, n, |j, m| {
             let at = i + j;
             // SAFETY: `at + m ≤ d` for every operand; `h[at..]` is read before `y[at..]` is
             // written.
             unsafe {
-                let v = s.mul_add(s.sub(load_n(s, h, at, m), self.mean_hi), self.rstd, self.shift);
+                let v = s.mul_add(s.sub(h.get(s, at, m), self.mean_hi), self.rstd, self.shift);
                 let v = match (GAMMA, BETA) {
                     (true, true) => s.mul_add(v, load_n(s, gamma, at, m), load_n(s, beta, at, m)),
                     (true, false) => s.mul(v, load_n(s, gamma, at, m)),
@@ -527,10 +558,11 @@ impl<S: Simd, const GAMMA: bool, const BETA: bool> Pending<S> for Normalize<S, G
 /// The normalize sweep in f64, for the rows the f32 statistics cannot handle.
 ///
 /// # Safety
-/// As [`normalize`], with `gamma`, `beta` null when absent.
-pub(crate) unsafe fn normalize_f64(
-    h: *const f32,
-    y: *mut f32,
+/// `h` gives `d` values, `y` covers `d` writable elements (equal to where `h` reads if they
+/// overlap); `gamma`, `beta` cover `d` or are null when absent.
+pub(crate) unsafe fn normalize_f64<S: Simd, E: Element, V: Values<S>>(
+    h: &V,
+    y: *mut E,
     d: usize,
     gamma: *const f32,
     beta: *const f32,
@@ -540,14 +572,14 @@ pub(crate) unsafe fn normalize_f64(
     for j in 0..d {
         // SAFETY: `j < d` for every operand; `h[j]` is read before `y[j]` is written.
         unsafe {
-            let mut v = (*h.add(j) as f64 - mean) * rstd;
+            let mut v = (h.at(j) as f64 - mean) * rstd;
             if !gamma.is_null() {
                 v *= *gamma.add(j) as f64;
             }
             if !beta.is_null() {
                 v += *beta.add(j) as f64;
             }
-            *y.add(j) = v as f32;
+            *y.add(j) = E::from_f32(v as f32);
         }
     }
 }

@@ -44,8 +44,25 @@
 //! RMSNorm needs no mean: `Σh²` is accumulated in the same chunked way (sums of squares have
 //! no cancellation), then `y = h·rstd·g`.
 //!
-//! The add forms build `h = α·x + (r + b)` inside the statistics sweep and store it (to the
-//! `h` output, or to `y` as scratch), so the normalize sweep reads `h` back from cache.
+//! The add forms build `h = α·x + (r + b)` inside the statistics sweep and, for f32, store it
+//! (to the `h` output, or to `y` as scratch), so the normalize sweep reads `h` back from cache.
+//! For a half type a stored `h` would be rounded, so nothing is stored then: the normalize sweep
+//! rebuilds the same f32 `h` from `x`, `r`, `b` (in cache for the row) and writes the `h` output,
+//! if any, rounded once.
+//!
+//! # Storage types
+//!
+//! The tensors `x`, `r` (the residual), `y` and the `h` output are stored as any [`Element`]
+//! (`f32`, `f16`, `bf16`); the parameters stay f32: `γ`, `β`, the RMSNorm gain, the residual
+//! bias `b`, `α`, `ε`, the momentum, the per-row (per-channel) mean and rstd outputs, and the
+//! running mean and variance. Inputs are widened exactly as they are loaded, everything is
+//! computed in f32 (f64 where the f32 kernel uses f64) exactly as the f32 kernel computes it, and
+//! each output element is rounded once to `E` as it is stored. For a half type,
+//! `h = fl32(α·x + fl32(r + b))` is formed in f32 from the widened inputs, the statistics and `y`
+//! come from that f32 `h`, and the `h` output is that `h` rounded once; no intermediate is ever
+//! stored rounded and read back. So the bound for a half output is the f32 bound below plus one
+//! rounding to `E` (an f32 result within the f32 bound `B` of `ŷ` rounds into
+//! `[E(ŷ − B), E(ŷ + B)]`, ±∞ beyond the type's range, gradually through its subnormals).
 //!
 //! # Row pipeline
 //!
@@ -111,7 +128,7 @@ pub use layer_norm::{LayerNormOptions, Residual, RowStats};
 pub use rms_norm::RmsNormOptions;
 
 use crate::simd::Simd;
-use crate::Error;
+use crate::{Element, Error};
 
 /// Independent accumulators of the statistics sweep: each Welford step is a subtract and an
 /// FMA deep (8 cycles), issued at about two vectors a cycle, so four chains keep it busy.
@@ -192,7 +209,7 @@ impl Moments {
 }
 
 /// Where the statistics sweep gets a row's values `h` from: read from `x`, or built as
-/// `α·x + (r + b)` and stored on the way.
+/// `α·x + (r + b)` (and, for f32, stored on the way).
 pub(crate) trait Source<S: Simd> {
     /// `h₀`, computed exactly as the vector lanes compute it.
     ///
@@ -209,126 +226,228 @@ pub(crate) trait Source<S: Simd> {
     /// # Safety
     /// `i + n ≤ d`.
     unsafe fn partial(&self, s: S, i: usize, n: usize) -> S::V;
-    /// The source of the row at offset `off` of `call`, and where its `h` is read back.
-    ///
-    /// # Safety
-    /// `off + d` is within the call's rows.
-    unsafe fn row(s: S, call: &NormCall, off: usize) -> (Self, *const f32)
-    where
-        Self: Sized;
-    /// Prefetches element `i` of the rows at `ahead` that are not null.
-    #[inline(always)]
-    fn ahead(&self, s: S, i: usize, ahead: [*const f32; 2]) {
-        for p in ahead {
-            if !p.is_null() {
-                s.prefetch(p.wrapping_add(i));
-            }
-        }
-    }
-    /// The inputs to prefetch during the row at `off`: those of the next row (`x`, and `r` for
-    /// the add forms), when rows are long and there is one.
-    ///
-    /// # Safety
-    /// `off + d` is within the call's rows.
-    #[inline(always)]
-    unsafe fn ahead_of(call: &NormCall, off: usize) -> [*const f32; 2]
-    where
-        Self: Sized,
-    {
-        let next = off + call.d;
-        if call.d < PREFETCH_MIN || next >= call.rows * call.d {
-            return [std::ptr::null(); 2];
-        }
-        // SAFETY: `next` starts a row of the call.
-        unsafe {
-            [
-                call.x.add(next),
-                if call.r.is_null() { call.r } else { call.r.add(next) },
-            ]
-        }
-    }
     /// Prefetches element `i` of the inputs of the next row, if this source has them.
     fn prefetch(&self, s: S, i: usize);
 }
 
-/// A row read as it is.
-pub(crate) struct Plain {
-    pub x: *const f32,
-    /// The inputs of the next row, prefetched during this row's statistics sweep (null: none).
-    pub ahead: [*const f32; 2],
+/// A [`Source`] over the rows of a [`NormCall`], with what the normalize sweep of a row reads.
+pub(crate) trait RowSource<S: Simd, E: Element>: Source<S> + Sized {
+    /// Where the normalize sweep gets the row's `h`.
+    type Back: Values<S>;
+    /// The source of the row at offset `off` of `call`, and where its `h` is read back.
+    ///
+    /// # Safety
+    /// `off + d` is within the call's rows.
+    unsafe fn row(s: S, call: &NormCall<E>, off: usize) -> (Self, Self::Back);
 }
 
-impl<S: Simd> Source<S> for Plain {
+/// Where the normalize sweep (and the f64 path) of a row gets its f32 values `h`: exactly the
+/// values the statistics sweep saw, never a copy rounded to a half type.
+pub(crate) trait Values<S: Simd>: Copy {
+    /// `h[i..i + n]`, `n ≤ LANES` (the other lanes unspecified). The half-typed add forms
+    /// rebuild `h` here from `x`, `r`, `b` and write the `h` output (rounded once) after reading
+    /// them.
+    ///
+    /// # Safety
+    /// `i + n ≤ d`; called once per span, in the normalize sweep.
+    unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V;
+    /// `h_j`, for the f64 path (which may call it several times per `j`).
+    ///
+    /// # Safety
+    /// `j < d`, and `finish` has not run.
+    unsafe fn at(&self, j: usize) -> f32;
+    /// Ends the f64 path of a row, after its last `at`: writes the `h` output where the
+    /// statistics sweep did not (the half-typed add forms).
+    ///
+    /// # Safety
+    /// The row holds `d` values.
+    #[inline(always)]
+    unsafe fn finish(&self, d: usize) {
+        let _ = d;
+    }
+}
+
+/// The inputs to prefetch during the row at `off`: those of the next row (`x`, and `r` for the
+/// add forms), when rows are long and there is one.
+///
+/// # Safety
+/// `off + d` is within the call's rows.
+#[inline(always)]
+unsafe fn ahead_of<E: Element>(call: &NormCall<E>, off: usize) -> [*const E; 2] {
+    let next = off + call.d;
+    if call.d < PREFETCH_MIN || next >= call.rows * call.d {
+        return [std::ptr::null(); 2];
+    }
+    // SAFETY: `next` starts a row of the call.
+    unsafe {
+        [
+            call.x.add(next),
+            if call.r.is_null() { call.r } else { call.r.add(next) },
+        ]
+    }
+}
+
+/// Prefetches element `i` of the rows at `ahead` that are not null.
+#[inline(always)]
+fn prefetch_ahead<S: Simd, E>(s: S, i: usize, ahead: [*const E; 2]) {
+    for p in ahead {
+        if !p.is_null() {
+            s.prefetch(p.wrapping_add(i).cast());
+        }
+    }
+}
+
+/// A row read as it is (widened exactly to f32).
+pub(crate) struct Plain<E> {
+    pub x: *const E,
+    /// The inputs of the next row, prefetched during this row's statistics sweep (null: none).
+    pub ahead: [*const E; 2],
+}
+
+impl<S: Simd, E: Element> Source<S> for Plain<E> {
     #[inline(always)]
     unsafe fn first(&self) -> f32 {
         // SAFETY: the row is not empty.
-        unsafe { *self.x }
+        unsafe { (*self.x).to_f32() }
     }
     #[inline(always)]
     unsafe fn full(&self, s: S, i: usize) -> S::V {
         // SAFETY: in bounds by the caller's promise.
-        unsafe { s.load(self.x.add(i)) }
+        unsafe { E::load(s, self.x.add(i)) }
     }
     #[inline(always)]
     unsafe fn partial(&self, s: S, i: usize, n: usize) -> S::V {
         // SAFETY: in bounds by the caller's promise.
-        unsafe { s.load_partial(self.x.add(i), n, 0.0) }
-    }
-    #[inline(always)]
-    unsafe fn row(_: S, call: &NormCall, off: usize) -> (Self, *const f32) {
-        // SAFETY: in bounds by the caller's promise.
-        unsafe {
-            let x = call.x.add(off);
-            let ahead = <Self as Source<S>>::ahead_of(call, off);
-            (Plain { x, ahead }, x)
-        }
+        unsafe { E::load_partial(s, self.x.add(i), n, 0.0) }
     }
     #[inline(always)]
     fn prefetch(&self, s: S, i: usize) {
-        self.ahead(s, i, self.ahead);
+        prefetch_ahead(s, i, self.ahead);
     }
 }
 
-/// `h = α·x + (r + b)` (one FMA, after one addition when there is a bias), stored to `h` as
-/// it is produced. `h` may equal `x` (the in-place forms): each vector is read before it is
-/// written.
-pub(crate) struct AddResidual<S: Simd, const BIAS: bool> {
-    pub x: *const f32,
-    pub r: *const f32,
+impl<S: Simd, E: Element> RowSource<S, E> for Plain<E> {
+    type Back = Reread<E>;
+    #[inline(always)]
+    unsafe fn row(_: S, call: &NormCall<E>, off: usize) -> (Self, Reread<E>) {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe {
+            let x = call.x.add(off);
+            (
+                Plain {
+                    x,
+                    ahead: ahead_of(call, off),
+                },
+                Reread { p: x },
+            )
+        }
+    }
+}
+
+/// `h` read back from memory: `x` itself for the plain forms, the stored f32 `h` for the f32
+/// add forms.
+pub(crate) struct Reread<E> {
+    p: *const E,
+}
+
+impl<E> Clone for Reread<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for Reread<E> {}
+
+impl<S: Simd, E: Element> Values<S> for Reread<E> {
+    #[inline(always)]
+    unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe { load_n(s, self.p, i, n) }
+    }
+    #[inline(always)]
+    unsafe fn at(&self, j: usize) -> f32 {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe { (*self.p.add(j)).to_f32() }
+    }
+}
+
+/// `h = α·x + (r + b)` (one FMA, after one addition when there is a bias), from the inputs
+/// widened exactly. For f32, `h` is stored to `h` as it is produced and the normalize sweep
+/// reads it back; for a half type nothing is stored here: the normalize sweep rebuilds the same
+/// f32 `h` and writes the `h` output (if any) rounded once. `h` may equal `x` (the in-place
+/// forms): each vector is read before it is written.
+pub(crate) struct AddResidual<S: Simd, E, const BIAS: bool> {
+    pub x: *const E,
+    pub r: *const E,
     /// Length `d`, shared by all rows; unused without `BIAS`.
     pub b: *const f32,
-    pub h: *mut f32,
+    /// For f32: where `h` goes (the `h` output, `y` as scratch, or `x`); for a half type: the
+    /// `h` output, or null.
+    pub h: *mut E,
     pub alpha: f32,
     pub alpha_v: S::V,
     /// As [`Plain::ahead`].
-    pub ahead: [*const f32; 2],
+    pub ahead: [*const E; 2],
 }
 
-impl<S: Simd, const BIAS: bool> AddResidual<S, BIAS> {
+impl<S: Simd, E, const BIAS: bool> Clone for AddResidual<S, E, BIAS> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Simd, E, const BIAS: bool> Copy for AddResidual<S, E, BIAS> {}
+
+impl<S: Simd, E: Element, const BIAS: bool> AddResidual<S, E, BIAS> {
     #[inline(always)]
     fn combine(&self, s: S, x: S::V, r: S::V, b: S::V) -> S::V {
         let t = if BIAS { s.add(r, b) } else { r };
         s.mul_add(self.alpha_v, x, t)
     }
+
+    /// `h[i..i + n]`, `n ≤ LANES`, built from the inputs.
+    ///
+    /// # Safety
+    /// `i + n ≤ d`.
+    #[inline(always)]
+    unsafe fn build(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe {
+            let b = if BIAS { load_n(s, self.b, i, n) } else { s.splat(0.0) };
+            self.combine(s, load_n(s, self.x, i, n), load_n(s, self.r, i, n), b)
+        }
+    }
+
+    /// `h_j` built from the inputs: scalar IEEE addition and FMA round exactly as the lanes do.
+    ///
+    /// # Safety
+    /// `j < d`, and `x[j]` not yet overwritten by `h`.
+    #[inline(always)]
+    unsafe fn scalar(&self, j: usize) -> f32 {
+        // SAFETY: in bounds by the caller's promise.
+        unsafe {
+            let r = (*self.r.add(j)).to_f32();
+            let t = if BIAS { r + *self.b.add(j) } else { r };
+            self.alpha.mul_add((*self.x.add(j)).to_f32(), t)
+        }
+    }
 }
 
-impl<S: Simd, const BIAS: bool> Source<S> for AddResidual<S, BIAS> {
+impl<S: Simd, E: Element, const BIAS: bool> Source<S> for AddResidual<S, E, BIAS> {
     #[inline(always)]
     unsafe fn first(&self) -> f32 {
-        // SAFETY: the row is not empty. Scalar IEEE addition and FMA round exactly as the
-        // lanes do.
-        unsafe {
-            let t = if BIAS { *self.r + *self.b } else { *self.r };
-            self.alpha.mul_add(*self.x, t)
-        }
+        // SAFETY: the row is not empty, and nothing of it was stored yet.
+        unsafe { self.scalar(0) }
     }
     #[inline(always)]
     unsafe fn full(&self, s: S, i: usize) -> S::V {
         // SAFETY: in bounds by the caller's promise; `h` is written after `x` is read.
         unsafe {
             let b = if BIAS { s.load(self.b.add(i)) } else { s.splat(0.0) };
-            let h = self.combine(s, s.load(self.x.add(i)), s.load(self.r.add(i)), b);
-            s.store(self.h.add(i), h);
+            let h = self.combine(s, E::load(s, self.x.add(i)), E::load(s, self.r.add(i)), b);
+            if E::IS_F32 {
+                E::store(s, self.h.add(i), h);
+            }
             h
         }
     }
@@ -343,33 +462,80 @@ impl<S: Simd, const BIAS: bool> Source<S> for AddResidual<S, BIAS> {
             };
             let h = self.combine(
                 s,
-                s.load_partial(self.x.add(i), n, 0.0),
-                s.load_partial(self.r.add(i), n, 0.0),
+                E::load_partial(s, self.x.add(i), n, 0.0),
+                E::load_partial(s, self.r.add(i), n, 0.0),
                 b,
             );
-            s.store_partial(self.h.add(i), n, h);
+            if E::IS_F32 {
+                E::store_partial(s, self.h.add(i), n, h);
+            }
             h
         }
     }
     #[inline(always)]
-    unsafe fn row(s: S, call: &NormCall, off: usize) -> (Self, *const f32) {
-        // SAFETY: in bounds by the caller's promise.
+    fn prefetch(&self, s: S, i: usize) {
+        prefetch_ahead(s, i, self.ahead);
+    }
+}
+
+impl<S: Simd, E: Element, const BIAS: bool> RowSource<S, E> for AddResidual<S, E, BIAS> {
+    type Back = Self;
+    #[inline(always)]
+    unsafe fn row(s: S, call: &NormCall<E>, off: usize) -> (Self, Self) {
+        // SAFETY: in bounds by the caller's promise; `h` is null only for a half type without
+        // an `h` output, and then neither offset nor written.
         unsafe {
             let src = AddResidual {
                 x: call.x.add(off),
                 r: call.r.add(off),
                 b: call.bias,
-                h: call.h.add(off),
+                h: if call.h.is_null() { call.h } else { call.h.add(off) },
                 alpha: call.alpha,
                 alpha_v: s.splat(call.alpha),
-                ahead: <Self as Source<S>>::ahead_of(call, off),
+                ahead: ahead_of(call, off),
             };
-            (src, call.h.add(off))
+            (src, src)
+        }
+    }
+}
+
+impl<S: Simd, E: Element, const BIAS: bool> Values<S> for AddResidual<S, E, BIAS> {
+    #[inline(always)]
+    unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: in bounds by the caller's promise. For a half type the inputs at `i..i + n`
+        // are read before the `h` output (possibly `x`) is written there.
+        unsafe {
+            if E::IS_F32 {
+                load_n(s, self.h.cast_const(), i, n)
+            } else {
+                let h = self.build(s, i, n);
+                if !self.h.is_null() {
+                    store_n(s, self.h, i, n, h);
+                }
+                h
+            }
         }
     }
     #[inline(always)]
-    fn prefetch(&self, s: S, i: usize) {
-        self.ahead(s, i, self.ahead);
+    unsafe fn at(&self, j: usize) -> f32 {
+        // SAFETY: in bounds by the caller's promise. For f32 the statistics sweep stored `h`
+        // (and `x` may be overwritten, in place); for a half type `x` is intact until `finish`.
+        unsafe {
+            if E::IS_F32 {
+                (*self.h.add(j)).to_f32()
+            } else {
+                self.scalar(j)
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn finish(&self, d: usize) {
+        if !E::IS_F32 && !self.h.is_null() {
+            for j in 0..d {
+                // SAFETY: `j < d`; `x[j]` is read before `h[j]` (possibly `x[j]`) is written.
+                unsafe { *self.h.add(j) = E::from_f32(self.scalar(j)) };
+            }
+        }
     }
 }
 
@@ -626,34 +792,34 @@ pub(crate) fn rstd_of(var: f64, eps: f32) -> f64 {
     1.0 / (var + eps as f64).sqrt()
 }
 
-/// Loads `n ≤ LANES` floats at `p + i`: a full load when `n = LANES`.
+/// Loads `n ≤ LANES` elements at `p + i`, widened to f32: a full load when `n = LANES`.
 ///
 /// # Safety
 /// `p + i .. p + i + n` is readable.
 #[inline(always)]
-pub(crate) unsafe fn load_n<S: Simd>(s: S, p: *const f32, i: usize, n: usize) -> S::V {
+pub(crate) unsafe fn load_n<S: Simd, E: Element>(s: S, p: *const E, i: usize, n: usize) -> S::V {
     // SAFETY: forwarded.
     unsafe {
         if n == S::LANES {
-            s.load(p.add(i))
+            E::load(s, p.add(i))
         } else {
-            s.load_partial(p.add(i), n, 0.0)
+            E::load_partial(s, p.add(i), n, 0.0)
         }
     }
 }
 
-/// Stores `n ≤ LANES` floats at `p + i`.
+/// Stores `n ≤ LANES` elements at `p + i`, each rounded once to `E`.
 ///
 /// # Safety
 /// `p + i .. p + i + n` is writable.
 #[inline(always)]
-pub(crate) unsafe fn store_n<S: Simd>(s: S, p: *mut f32, i: usize, n: usize, v: S::V) {
+pub(crate) unsafe fn store_n<S: Simd, E: Element>(s: S, p: *mut E, i: usize, n: usize, v: S::V) {
     // SAFETY: forwarded.
     unsafe {
         if n == S::LANES {
-            s.store(p.add(i), v)
+            E::store(s, p.add(i), v)
         } else {
-            s.store_partial(p.add(i), n, v)
+            E::store_partial(s, p.add(i), n, v)
         }
     }
 }
@@ -686,15 +852,10 @@ macro_rules! for_each_vector {
 }
 pub(crate) use for_each_vector;
 
-/// The two-pass f64 statistics of a row of `d ≥ 1` values at `h`: `None` if the row holds a
+/// The two-pass f64 statistics of a row of `d ≥ 1` values `at(j)`: `None` if the row holds a
 /// NaN or ±∞. The fallback for rows whose f32 statistics overflow, and for non-finite rows.
-///
-/// # Safety
-/// `h..h + d` is readable.
-pub(crate) unsafe fn moments_f64(h: *const f32, d: usize) -> Option<Moments> {
-    // Raw reads: `h` may be the output of the caller (in place), which it writes afterwards.
-    // SAFETY: `j < d`.
-    let at = |j: usize| unsafe { *h.add(j) } as f64;
+pub(crate) fn moments_f64(at: impl Fn(usize) -> f32, d: usize) -> Option<Moments> {
+    let at = |j: usize| at(j) as f64;
     let mut sum = 0.0;
     for j in 0..d {
         let v = at(j);
@@ -784,12 +945,12 @@ pub(crate) fn mut_ptr_of(v: Option<&mut [f32]>) -> *mut f32 {
 /// assert_eq!(&y[4..], &[0.5; 4]); // a constant row gives β
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn layer_norm(x: &[f32], out: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+pub fn layer_norm<E: Element>(x: &[E], out: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
     crate::with_detected(|k| k.layer_norm(x, out, d, opts))
 }
 
 /// [`layer_norm()`] in place.
-pub fn layer_norm_inplace(x: &mut [f32], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+pub fn layer_norm_inplace<E: Element>(x: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
     crate::with_detected(|k| k.layer_norm_inplace(x, d, opts))
 }
 
@@ -801,9 +962,9 @@ pub fn layer_norm_inplace(x: &mut [f32], d: usize, opts: &LayerNormOptions) -> R
 ///
 /// # Errors
 /// As [`layer_norm()`], and [`Error::Shape`] naming `mean` or `rstd` when not of length `rows`.
-pub fn layer_norm_with_stats(
-    x: &[f32],
-    out: &mut [f32],
+pub fn layer_norm_with_stats<E: Element>(
+    x: &[E],
+    out: &mut [E],
     d: usize,
     opts: &LayerNormOptions,
     stats: RowStats,
@@ -819,12 +980,15 @@ pub fn layer_norm_with_stats(
 /// ```
 ///
 /// `h` is built and its statistics gathered in the same sweep; `h` is written to `h` when
-/// given (the Pre-LN residual stream), else it only passes through `out`. `residual` holds `α`
-/// (1 by default; DeepNorm's `(2N)^¼`) and the optional bias `b` (length `d`).
+/// given (the Pre-LN residual stream), else (f32) it only passes through `out`. `residual`
+/// holds `α` (1 by default; DeepNorm's `(2N)^¼`) and the optional bias `b` (length `d`). For
+/// f16/bf16 tensors, `h` is formed in f32 from the widened `x`, `r` and the f32 `b`; `y` comes
+/// from that f32 `h`, and the `h` output is it rounded once (see the
+/// [storage types](self#storage-types)).
 ///
 /// Error bound: `y` is within the bound of [`layer_norm()`] of the exact LayerNorm of the f32
 /// `h` (which is exactly the rounded value above: `reference::residual` reproduces it bit for
-/// bit). NaN policy as [`layer_norm()`], on `h` (an `h` that overflows to ±∞ makes its row NaN).
+/// bit), plus one rounding for a half `y`. NaN policy as [`layer_norm()`], on `h` (an `h` that overflows to ±∞ makes its row NaN).
 ///
 /// # Errors
 /// [`Error::Shape`] naming `x`, `r`, `out`, `h`, `bias`, `gamma` or `beta` on a length mismatch;
@@ -869,11 +1033,11 @@ pub fn layer_norm_with_stats(
 /// kernels::add_layer_norm(&[1.0; 4], &fx, &mut ln, None, d, &deep, &LayerNormOptions::default())?;
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn add_layer_norm(
-    x: &[f32],
-    r: &[f32],
-    out: &mut [f32],
-    h: Option<&mut [f32]>,
+pub fn add_layer_norm<E: Element>(
+    x: &[E],
+    r: &[E],
+    out: &mut [E],
+    h: Option<&mut [E]>,
     d: usize,
     residual: &Residual,
     opts: &LayerNormOptions,
@@ -883,10 +1047,10 @@ pub fn add_layer_norm(
 
 /// [`add_layer_norm()`] with the residual stream updated in place: `x ← h = α·x + (r + b)`,
 /// `out = LayerNorm(h)`.
-pub fn add_layer_norm_inplace(
-    x: &mut [f32],
-    r: &[f32],
-    out: &mut [f32],
+pub fn add_layer_norm_inplace<E: Element>(
+    x: &mut [E],
+    r: &[E],
+    out: &mut [E],
     d: usize,
     residual: &Residual,
     opts: &LayerNormOptions,
@@ -897,11 +1061,11 @@ pub fn add_layer_norm_inplace(
 /// [`add_layer_norm()`], also writing the per-row mean and rstd of `h` (see
 /// [`layer_norm_with_stats()`]).
 #[allow(clippy::too_many_arguments)]
-pub fn add_layer_norm_with_stats(
-    x: &[f32],
-    r: &[f32],
-    out: &mut [f32],
-    h: Option<&mut [f32]>,
+pub fn add_layer_norm_with_stats<E: Element>(
+    x: &[E],
+    r: &[E],
+    out: &mut [E],
+    h: Option<&mut [E]>,
     d: usize,
     residual: &Residual,
     opts: &LayerNormOptions,
@@ -937,12 +1101,12 @@ pub fn add_layer_norm_with_stats(
 /// assert!((y[0] - 3.0 / rms).abs() < 1e-6 && (y[1] + 4.0 / rms).abs() < 1e-6);
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn rms_norm(x: &[f32], out: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+pub fn rms_norm<E: Element>(x: &[E], out: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
     crate::with_detected(|k| k.rms_norm(x, out, d, opts))
 }
 
 /// [`rms_norm()`] in place.
-pub fn rms_norm_inplace(x: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+pub fn rms_norm_inplace<E: Element>(x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
     crate::with_detected(|k| k.rms_norm_inplace(x, d, opts))
 }
 
@@ -954,11 +1118,11 @@ pub fn rms_norm_inplace(x: &mut [f32], d: usize, opts: &RmsNormOptions) -> Resul
 ///
 /// # Errors
 /// As [`add_layer_norm()`], with `gain` for `gamma`.
-pub fn add_rms_norm(
-    x: &[f32],
-    r: &[f32],
-    out: &mut [f32],
-    h: Option<&mut [f32]>,
+pub fn add_rms_norm<E: Element>(
+    x: &[E],
+    r: &[E],
+    out: &mut [E],
+    h: Option<&mut [E]>,
     d: usize,
     residual: &Residual,
     opts: &RmsNormOptions,
@@ -967,10 +1131,10 @@ pub fn add_rms_norm(
 }
 
 /// [`add_rms_norm()`] with the residual stream updated in place: `x ← h`.
-pub fn add_rms_norm_inplace(
-    x: &mut [f32],
-    r: &[f32],
-    out: &mut [f32],
+pub fn add_rms_norm_inplace<E: Element>(
+    x: &mut [E],
+    r: &[E],
+    out: &mut [E],
     d: usize,
     residual: &Residual,
     opts: &RmsNormOptions,
@@ -1007,9 +1171,9 @@ pub fn add_rms_norm_inplace(
 /// assert!((y[0] + 1.0).abs() < 1e-4 && (y[3] - 1.0).abs() < 1e-4);
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn batch_norm(
-    x: &[f32],
-    out: &mut [f32],
+pub fn batch_norm<E: Element>(
+    x: &[E],
+    out: &mut [E],
     shape: [usize; 3],
     running_mean: &[f32],
     running_var: &[f32],
@@ -1019,8 +1183,8 @@ pub fn batch_norm(
 }
 
 /// [`batch_norm()`] in place.
-pub fn batch_norm_inplace(
-    x: &mut [f32],
+pub fn batch_norm_inplace<E: Element>(
+    x: &mut [E],
     shape: [usize; 3],
     running_mean: &[f32],
     running_var: &[f32],
@@ -1063,9 +1227,9 @@ pub fn batch_norm_inplace(
 /// assert!((mean[1] - 2.0).abs() < 1e-6 && (var[0] - (0.9 + 0.1 * 2.0)).abs() < 1e-6);
 /// # Ok::<(), kernels::Error>(())
 /// ```
-pub fn batch_norm_train(
-    x: &[f32],
-    out: &mut [f32],
+pub fn batch_norm_train<E: Element>(
+    x: &[E],
+    out: &mut [E],
     shape: [usize; 3],
     running_mean: &mut [f32],
     running_var: &mut [f32],
@@ -1080,9 +1244,9 @@ pub fn batch_norm_train(
 /// # Errors
 /// As [`batch_norm_train()`], and [`Error::Shape`] naming `mean` or `rstd` when not of length
 /// `C`.
-pub fn batch_norm_train_with_stats(
-    x: &[f32],
-    out: &mut [f32],
+pub fn batch_norm_train_with_stats<E: Element>(
+    x: &[E],
+    out: &mut [E],
     shape: [usize; 3],
     running_mean: &mut [f32],
     running_var: &mut [f32],

@@ -1,10 +1,10 @@
 //! RMSNorm and the fused Add & RMSNorm.
 
 use super::layer_norm::{NormArgs, NormCall, NormKind, RowOp};
-use super::{for_each_vector, load_n, rstd_of, store_n, sum_squares, Pending, Residual, RowStats, Source};
+use super::{for_each_vector, load_n, rstd_of, store_n, sum_squares, Pending, Residual, RowStats, Source, Values};
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
-use crate::Error;
+use crate::{Element, Error};
 
 /// Options of [`rms_norm`](crate::rms_norm()) and [`add_rms_norm`](crate::add_rms_norm()).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,7 +23,7 @@ impl Default for RmsNormOptions<'_> {
 
 impl Kernels {
     /// RMSNorm of each row of `x` (`[rows, d]`) into `out`. See [`rms_norm`](crate::rms_norm()).
-    pub fn rms_norm(&self, x: &[f32], out: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+    pub fn rms_norm<E: Element>(&self, x: &[E], out: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
         self.norm(rms_args(
             (x.as_ptr(), x.len()),
             (out.as_mut_ptr(), out.len()),
@@ -35,7 +35,7 @@ impl Kernels {
     }
 
     /// RMSNorm of each row of `x` (`[rows, d]`), in place.
-    pub fn rms_norm_inplace(&self, x: &mut [f32], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
+    pub fn rms_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
         self.norm(rms_args(
             (x.as_ptr(), x.len()),
             (x.as_mut_ptr(), x.len()),
@@ -49,12 +49,12 @@ impl Kernels {
     /// `h = α·x + (r + b)`, `out = RMSNorm(h)`, `h` written to `h` if given. See
     /// [`add_rms_norm`](crate::add_rms_norm()).
     #[allow(clippy::too_many_arguments)]
-    pub fn add_rms_norm(
+    pub fn add_rms_norm<E: Element>(
         &self,
-        x: &[f32],
-        r: &[f32],
-        out: &mut [f32],
-        h: Option<&mut [f32]>,
+        x: &[E],
+        r: &[E],
+        out: &mut [E],
+        h: Option<&mut [E]>,
         d: usize,
         residual: &Residual,
         opts: &RmsNormOptions,
@@ -71,11 +71,11 @@ impl Kernels {
 
     /// [`add_rms_norm`](Self::add_rms_norm) with the residual stream updated in place:
     /// `x ← α·x + (r + b)`, `out = RMSNorm(x)`.
-    pub fn add_rms_norm_inplace(
+    pub fn add_rms_norm_inplace<E: Element>(
         &self,
-        x: &mut [f32],
-        r: &[f32],
-        out: &mut [f32],
+        x: &mut [E],
+        r: &[E],
+        out: &mut [E],
         d: usize,
         residual: &Residual,
         opts: &RmsNormOptions,
@@ -91,14 +91,14 @@ impl Kernels {
     }
 }
 
-fn rms_args<'a>(
-    x: (*const f32, usize),
-    y: (*mut f32, usize),
-    add: Option<(&'a [f32], Residual<'a>)>,
-    h: Option<(*mut f32, usize)>,
+fn rms_args<'a, E>(
+    x: (*const E, usize),
+    y: (*mut E, usize),
+    add: Option<(&'a [E], Residual<'a>)>,
+    h: Option<(*mut E, usize)>,
     d: usize,
     opts: &RmsNormOptions<'a>,
-) -> NormArgs<'a, 'static> {
+) -> NormArgs<'a, 'static, E> {
     NormArgs {
         kind: NormKind::Rms,
         x,
@@ -119,10 +119,15 @@ pub(crate) struct Rms<const GAIN: bool>;
 impl<const GAIN: bool> RowOp for Rms<GAIN> {
     /// `rstd`, NaN where the row needs the f64 path.
     type Stats = f64;
-    type Sweep<S: Simd> = Scale<S, GAIN>;
+    type Sweep<S: Simd, E: Element, V: Values<S>> = Scale<S, E, V, GAIN>;
 
     #[inline(always)]
-    unsafe fn stats<S: Simd, R: Source<S>, P: Pending<S>>(s: S, call: &NormCall, src: &R, pending: &P) -> f64 {
+    unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>>(
+        s: S,
+        call: &NormCall<E>,
+        src: &R,
+        pending: &P,
+    ) -> f64 {
         // SAFETY: the row holds `d ≥ 1` values.
         let sum = unsafe { sum_squares(s, src, call.d, pending) };
         if sum.is_finite() {
@@ -133,7 +138,13 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
     }
 
     #[inline(always)]
-    fn sweep<S: Simd>(s: S, call: &NormCall, rstd: f64, h: *const f32, y: *mut f32) -> Option<Scale<S, GAIN>> {
+    fn sweep<S: Simd, E: Element, V: Values<S>>(
+        s: S,
+        call: &NormCall<E>,
+        rstd: f64,
+        h: V,
+        y: *mut E,
+    ) -> Option<Scale<S, E, V, GAIN>> {
         (!rstd.is_nan()).then(|| Scale {
             h,
             y,
@@ -142,9 +153,13 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
         })
     }
 
-    unsafe fn wide(call: &NormCall, h: *const f32, y: *mut f32) -> (f32, f32) {
-        // SAFETY: forwarded.
-        unsafe { rms_row_f64(h, y, call.d, call.gamma, call.eps) }
+    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
+        // SAFETY: forwarded; `finish` runs after the last read of `h`.
+        unsafe {
+            let out = rms_row_f64::<S, E, V>(&h, y, call.d, call.gamma, call.eps);
+            h.finish(call.d);
+            out
+        }
     }
 
     #[inline(always)]
@@ -154,22 +169,23 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
 }
 
 /// The normalize sweep of one row of RMSNorm: `y = h·rstd·g`.
-pub(crate) struct Scale<S: Simd, const GAIN: bool> {
-    h: *const f32,
-    y: *mut f32,
+pub(crate) struct Scale<S: Simd, E, V, const GAIN: bool> {
+    h: V,
+    y: *mut E,
     gain: *const f32,
     rstd: S::V,
 }
 
-impl<S: Simd, const GAIN: bool> Pending<S> for Scale<S, GAIN> {
+impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S, E, V, GAIN> {
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
-        let (h, y, gain) = (self.h, self.y, self.gain);
+        let (h, y, gain) = (&self.h, self.y, self.gain);
         for_each_vector!(S::LANES, n, |j, m| {
             let at = i + j;
-            // SAFETY: `at + m ≤ d` for every operand.
+            // SAFETY: `at + m ≤ d` for every operand; `h[at..]` is read before `y[at..]` is
+            // written.
             unsafe {
-                let v = s.mul(load_n(s, h, at, m), self.rstd);
+                let v = s.mul(h.get(s, at, m), self.rstd);
                 let v = if GAIN { s.mul(v, load_n(s, gain, at, m)) } else { v };
                 store_n(s, y, at, m, v);
             }
@@ -181,14 +197,21 @@ impl<S: Simd, const GAIN: bool> Pending<S> for Scale<S, GAIN> {
 /// rows holding a NaN or ±∞ (which become NaN).
 ///
 /// # Safety
-/// `h` covers `d` values, `y` `d` writable ones (equal to `h` if they overlap); `gain` is
-/// null or covers `d`.
-unsafe fn rms_row_f64(h: *const f32, y: *mut f32, d: usize, gain: *const f32, eps: f32) -> (f32, f32) {
-    // SAFETY: `j < d` for every operand; `h` is read in full before `y` is written.
+/// `h` gives `d` values, `y` covers `d` writable elements (equal to where `h` reads if they
+/// overlap); `gain` is null or covers `d`.
+unsafe fn rms_row_f64<S: Simd, E: Element, V: Values<S>>(
+    h: &V,
+    y: *mut E,
+    d: usize,
+    gain: *const f32,
+    eps: f32,
+) -> (f32, f32) {
+    // SAFETY: `j < d` for every operand; `h` is read in full before `y` is written, but for
+    // the last sweep, which reads `h_j` before writing `y_j`.
     unsafe {
-        let at = |j: usize| *h.add(j) as f64;
+        let at = |j: usize| h.at(j) as f64;
         if (0..d).any(|j| !at(j).is_finite()) {
-            std::slice::from_raw_parts_mut(y, d).fill(f32::NAN);
+            std::slice::from_raw_parts_mut(y, d).fill(E::from_f32(f32::NAN));
             return (f32::NAN, f32::NAN);
         }
         let rstd = rstd_of((0..d).map(|j| at(j) * at(j)).sum::<f64>() / d as f64, eps);
@@ -197,7 +220,7 @@ unsafe fn rms_row_f64(h: *const f32, y: *mut f32, d: usize, gain: *const f32, ep
             if !gain.is_null() {
                 v *= *gain.add(j) as f64;
             }
-            *y.add(j) = v as f32;
+            *y.add(j) = E::from_f32(v as f32);
         }
         (f32::NAN, rstd as f32)
     }
