@@ -230,10 +230,6 @@ impl Kernels {
         self.table.isa
     }
 
-    pub(crate) fn table(&self) -> &'static Table {
-        self.table
-    }
-
     /// The entry points for tensors stored as `E`.
     pub(crate) fn entries<E: Element>(&self) -> &'static Entries<E> {
         E::entries(self.table)

@@ -19,6 +19,7 @@ pub mod activation;
 pub mod attention;
 mod case;
 pub mod gau;
+pub mod half;
 mod machine;
 pub mod norm;
 mod output;
@@ -70,6 +71,7 @@ pub const FAMILIES: &[Family] = &[
     attention::FAMILY,
     norm::FAMILY,
     gau::FAMILY,
+    half::FAMILY,
 ];
 
 /// What the run covers.

@@ -25,12 +25,13 @@
 
 use std::cell::RefCell;
 
-use kernels::{BatchNormOptions, Kernels, LayerNormOptions, Residual, RmsNormOptions};
+use kernels::half::{bf16, f16};
+use kernels::{BatchNormOptions, Element, Kernels, LayerNormOptions, Residual, RmsNormOptions};
 
 use super::case::{self, Case, Context, Custom, Rule};
 use super::output::Row;
 use super::{Family, Plan, ReportError};
-use crate::data;
+use crate::{data, storage};
 
 /// The kernels of this module, for the registry of the report.
 pub const FAMILY: Family = Family {
@@ -86,7 +87,75 @@ fn custom(plan: &Plan) -> Vec<Custom> {
             out.push(batch_norm_train(shape));
         }
     }
+    // Issue 7: f16 and bf16 tensors beyond L2 (8 + 8 MiB; the f32 rows of the same shape move
+    // 16 + 16 MiB), against the f32 rows above.
+    for &(r, d) in plan.pick(&HALF_ROWS, &HALF_ROWS_QUICK) {
+        out.push(layer_norm_as::<f16>(r, d));
+        out.push(layer_norm_as::<bf16>(r, d));
+        out.push(rms_norm_as::<f16>(r, d));
+        out.push(rms_norm_as::<bf16>(r, d));
+    }
     out
+}
+
+/// Half-typed shapes (beyond L2 in f32 and in the half types).
+const HALF_ROWS: [(usize, usize); 2] = [(4096, 1024), (1024, 4096)];
+const HALF_ROWS_QUICK: [(usize, usize); 1] = [(4096, 1024)];
+
+/// The storage types, with what the checks need of both crates' traits.
+trait Half: Element + reference::Element {}
+impl Half for f16 {}
+impl Half for bf16 {}
+
+fn layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
+    let n = rows * d;
+    let (g, b) = affine(d);
+    let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
+    let case = Case::elementwise_as::<E>(
+        "layer_norm",
+        format!("{rows}x{d}"),
+        n,
+        move || rows_input(rows, d, 0x5eed_0310),
+        move |k: Kernels, x: &[E], y: &mut [E]| {
+            let opts = LayerNormOptions {
+                gamma: Some(&g1),
+                beta: Some(&b1),
+                eps: EPS,
+            };
+            k.layer_norm(x, y, d, &opts)
+        },
+        move |x, y| plain_layer_norm(x, y, d, &g2, &b2, EPS),
+        move |x| reference::layer_norm(x, d, Some(&g3), Some(&b3), EPS).y,
+    );
+    checked(case, move |x, y| {
+        let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
+        reference::check_layer_norm(x, d, Some(&g), Some(&b), EPS, y, None, None).is_ok()
+    })
+}
+
+fn rms_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
+    let n = rows * d;
+    let g = affine(d).0;
+    let (g1, g2, g3) = (g.clone(), g.clone(), g.clone());
+    let case = Case::elementwise_as::<E>(
+        "rms_norm",
+        format!("{rows}x{d}"),
+        n,
+        move || rows_input(rows, d, 0x5eed_0313),
+        move |k: Kernels, x: &[E], y: &mut [E]| {
+            let opts = RmsNormOptions {
+                gain: Some(&g1),
+                eps: EPS,
+            };
+            k.rms_norm(x, y, d, &opts)
+        },
+        move |x, y| plain_rms_norm(x, y, d, &g2, EPS),
+        move |x| reference::rms_norm(x, d, Some(&g3), EPS).y,
+    );
+    checked(case, move |x, y| {
+        let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
+        reference::check_rms_norm(x, d, Some(&g), EPS, y).is_ok()
+    })
 }
 
 /// `γ`, `β` of length `d`.
@@ -511,8 +580,9 @@ fn goals(rows: &[Row]) -> Vec<String> {
     let beyond = |r: &Row| r.bytes.is_some_and(|b| b > 4.0 * (1 << 20) as f64);
     for isa in ["avx2", "avx512", "neon"] {
         let of = |kernel: &'static str| {
-            rows.iter()
-                .filter(move |r| r.kernel == kernel && r.isa == isa && parse_rows(&r.shape).is_some())
+            rows.iter().filter(move |r| {
+                r.kernel == kernel && r.isa == isa && r.dtype == "f32" && parse_rows(&r.shape).is_some()
+            })
         };
         let mut push = |what: &str, values: Vec<String>| {
             if !values.is_empty() {
@@ -564,5 +634,6 @@ fn goals(rows: &[Row]) -> Vec<String> {
                 .collect(),
         );
     }
+    out.extend(super::softmax::half_goals(rows, &["layer_norm", "rms_norm"]));
     out
 }
