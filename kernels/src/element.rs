@@ -1,31 +1,5 @@
-//! Storage types: every kernel reads and writes `f32`, `half::f16` or `half::bf16` tensors.
-//!
-//! The element type is only how a tensor is *stored*. Kernels widen each input element to
-//! f32 exactly as they load it (binary16 and bfloat16 are subsets of f32), compute and
-//! accumulate in f32 exactly as the f32 kernel does, and round each output element once, to
-//! nearest even, as they store it. No arithmetic happens in half precision, so a half-typed
-//! kernel's error bound is its f32 bound plus that one rounding (`2⁻¹¹` relative for f16,
-//! `2⁻⁸` for bf16, and gradual underflow through the type's subnormals; an f32 result beyond
-//! the type's range, such as `|y| > 65504` for f16, becomes ±∞).
-//!
-//! The conversions are the ISA's own instructions: F16C on AVX2, the AVX-512 binary16
-//! conversions, `fcvtl`/`fcvtn` on NEON, and `half` on the scalar path. bfloat16 widens with a
-//! shift and narrows with an integer round-to-nearest-even that keeps subnormals (AVX512-BF16's
-//! `vcvtneps2bf16` flushes them to zero, so it is not used). NaN stays NaN.
-//!
-//! Parameters that engines keep in f32 stay f32 whatever the tensors' type: masks, carried
-//! attention scores, γ/β/gains and biases of the norms, running statistics and per-row
-//! statistics, and the GAU weights. The API is one generic function per kernel:
-//!
-//! ```
-//! use half::f16;
-//!
-//! let x: Vec<f16> = [1.0f32, 2.0, 3.0].iter().map(|&v| f16::from_f32(v)).collect();
-//! let mut y = vec![f16::ZERO; 3];
-//! kernels::softmax(&x, &mut y, 3, &Default::default())?;
-//! assert!((y[2].to_f32() - 0.665).abs() < 1e-3);
-//! # Ok::<(), kernels::Error>(())
-//! ```
+//! Storage types: every kernel reads and writes `f32`, `half::f16` or `half::bf16` tensors
+//! (see [`Element`]).
 
 use std::fmt::Debug;
 
@@ -35,6 +9,33 @@ use crate::dispatch::{Entries, Table};
 use crate::simd::Simd;
 
 /// A storage type of tensors: `f32`, [`half::f16`] or [`half::bf16`]. Sealed.
+///
+/// The element type is only how a tensor is *stored*. Kernels widen each input element to
+/// f32 exactly as they load it (binary16 and bfloat16 are subsets of f32), compute and
+/// accumulate in f32 exactly as the f32 kernel does, and round each output element once, to
+/// nearest even, as they store it. No arithmetic happens in half precision, so a half-typed
+/// kernel's error bound is its f32 bound plus that one rounding (`2⁻¹¹` relative for f16,
+/// `2⁻⁸` for bf16, and gradual underflow through the type's subnormals; an f32 result beyond
+/// the type's range, such as `|y| > 65504` for f16, becomes ±∞).
+///
+/// The conversions are the ISA's own instructions: F16C on AVX2, the AVX-512 binary16
+/// conversions, `fcvtl`/`fcvtn` on NEON, and `half` on the scalar path. bfloat16 widens with a
+/// shift and narrows with an integer round-to-nearest-even that keeps subnormals (AVX512-BF16's
+/// `vcvtneps2bf16` flushes them to zero, so it is not used). NaN stays NaN.
+///
+/// Parameters that engines keep in f32 stay f32 whatever the tensors' type: masks, carried
+/// attention scores, γ/β/gains and biases of the norms, running statistics and per-row
+/// statistics, and the GAU weights. The API is one generic function per kernel:
+///
+/// ```
+/// use kernels::half::f16;
+///
+/// let x: Vec<f16> = [1.0f32, 2.0, 3.0].iter().map(|&v| f16::from_f32(v)).collect();
+/// let mut y = vec![f16::ZERO; 3];
+/// kernels::softmax(&x, &mut y, 3, &Default::default())?;
+/// assert!((y[2].to_f32() - 0.665).abs() < 1e-3);
+/// # Ok::<(), kernels::Error>(())
+/// ```
 pub trait Element: sealed::Sealed + Copy + Default + PartialEq + Debug + Send + Sync + 'static {
     /// The type's name in reports and messages: `"f32"`, `"f16"` or `"bf16"`.
     const NAME: &'static str;

@@ -21,6 +21,12 @@
 //! | [`batch_norm()`] | `y = x·s_c + b_c`, running statistics folded per channel | `u·(\|x − μ_c\|·\|s_c\| + \|b_c\| + \|y\|)` |
 //! | [`batch_norm_train()`] | batch statistics per channel (one pass), running averages updated | that of `layer_norm` per channel |
 //!
+//! Every kernel accepts its tensors as `f32`, [`half::f16`] or [`half::bf16`] (an [`Element`]):
+//! widened exactly on load with the ISA's conversion instructions, computed in f32 exactly as
+//! for f32 tensors, each output rounded once on store; the bound of a half-typed output is the
+//! f32 bound above plus that one rounding. Masks, carried scores, norm parameters and
+//! statistics and the GAU weights stay f32. See [`Element`].
+//!
 //! Rows are row-major with the last axis contiguous. Outputs never alias inputs except in the
 //! `_inplace` variants. All kernels may be called from many threads at once.
 
