@@ -749,6 +749,42 @@ fn subnormal_dot_products_times_a_large_scale() {
     }
 }
 
+/// Regression (fuzz, the f16/bf16 target): scores near 10²⁰ carry an error `E` near 10¹⁵, so a
+/// key whose exact weight underflows f64 to 0 may still take all the weight in f32. The
+/// oracle's bound now evaluates `ŵ·e^{2E}` in the log domain for such keys instead of
+/// skipping them (the kernel was within the documented bound all along).
+#[test]
+fn huge_scores_may_move_weight_to_keys_whose_exact_weight_underflows() {
+    // The fuzzer's bf16 values, widened: −6.95e9 everywhere but a few, one V of 0.
+    let table: Vec<f32> = (0..39)
+        .map(|i| match i {
+            8 => 53002u16,
+            28 => 57295,
+            38 => 0,
+            _ => 53199,
+        })
+        .map(|b| f32::from_bits((b as u32) << 16))
+        .collect();
+    let (n, keys, queries) = (47, 2, 2);
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        q_len: queries,
+        kv_len: keys,
+        head_dim: n,
+        value_dim: n,
+    };
+    let mut c = plain_case(shape, 15);
+    c.q = (0..queries * n).map(|i| table[i % 39]).collect();
+    c.k = (0..keys * n).map(|i| table[(i + 7) % 39]).collect();
+    c.v = c.k.clone();
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        c.check(&k, &out, None).unwrap_or_else(|e| panic!("{}: {e}", k.isa()));
+    }
+}
+
 /// Regression (qemu run): subnormal products in `Q·K` round to 0 in f32; the scores' bound has
 /// an absolute term of 2⁻¹⁵⁰ per rounding for that.
 #[test]

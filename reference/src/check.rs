@@ -288,6 +288,12 @@ pub fn check_attention<E: Element>(
                     .filter(unmasked)
                     .map(|j| res.masked_scores[row + j])
                     .fold(f64::NEG_INFINITY, f64::max);
+                // ln d̂, for the weights that underflow f64 (below).
+                let ln_d = (0..kv_len)
+                    .filter(unmasked)
+                    .map(|j| (res.masked_scores[row + j] - m).exp())
+                    .sum::<f64>()
+                    .ln();
                 let orow = ((b * heads + h) * q_len + i) * value_dim;
                 for d in 0..value_dim {
                     let (got, exact) = (out[orow + d], res.out[orow + d]);
@@ -311,10 +317,18 @@ pub fn check_attention<E: Element>(
                         let vj = (vrow(j)[d] as f64).abs();
                         vmax = vmax.max(vj);
                         let w = res.weights[row + j];
-                        if w > 0.0 && vj > 0.0 {
-                            let z = res.masked_scores[row + j];
-                            let rel = (1.0 + (2.0 * e).exp_m1()) * (1.0 + ((z - m).abs() + 3.0 * lk + 16.0) * U) - 1.0;
-                            bound += w * vj * rel;
+                        let z = res.masked_scores[row + j];
+                        if vj > 0.0 && z != f64::NEG_INFINITY {
+                            let grow = 1.0 + ((z - m).abs() + 3.0 * lk + 16.0) * U;
+                            if w > 0.0 {
+                                let rel = (1.0 + (2.0 * e).exp_m1()) * grow - 1.0;
+                                bound += w * vj * rel;
+                            } else {
+                                // ŵ underflows f64, but a score error E can still give the key
+                                // a weight up to ŵ·e^{2E}: evaluated in the log domain (a fuzz
+                                // find, with scores near 10²⁰ and E near 10¹⁵).
+                                bound += vj * (z - m - ln_d + 2.0 * e).exp() * grow;
+                            }
                         }
                     }
                     if vmax * lk >= OVERFLOW_GUARD {
