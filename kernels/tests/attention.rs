@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::all_kernels;
+use common::{all_kernels, same, to_half};
 use kernels::half::{bf16, f16};
 use kernels::{
     AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Element, Error, Kernels,
@@ -225,18 +225,6 @@ proptest! {
             c.check(&k, &out, scores.as_deref())?;
         }
     }
-}
-
-/// `xs` rounded to `E`, and those values widened back (the exact inputs a half call sees).
-fn to_half<E: Element>(xs: &[f32]) -> (Vec<E>, Vec<f32>) {
-    let h: Vec<E> = xs.iter().map(|&x| E::from_f32(x)).collect();
-    let w = h.iter().map(|&x| x.to_f32()).collect();
-    (h, w)
-}
-
-/// Equal bits, or both NaN.
-fn same(a: f32, b: f32) -> bool {
-    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
 /// With Q, K, V and O stored as `E`, the kernel computes exactly what the f32 kernel computes

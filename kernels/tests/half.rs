@@ -5,26 +5,10 @@
 
 mod common;
 
-use common::{all_kernels, row_len, value};
+use common::{all_kernels, misaligned_as, narrow, row_len, value, Half};
 use kernels::half::{bf16, f16};
 use kernels::{Kernels, MaskedRows, SoftmaxOptions};
 use proptest::prelude::*;
-
-/// The storage types under test, with what the tests need of both crates' traits.
-trait Half: kernels::Element + reference::Element {}
-impl Half for f16 {}
-impl Half for bf16 {}
-
-fn narrow<E: Half>(x: &[f32]) -> Vec<E> {
-    x.iter().map(|&v| <E as kernels::Element>::from_f32(v)).collect()
-}
-
-/// `data` placed `offset` elements into a fresh buffer (any 2-byte alignment), NaN before it.
-fn placed<E: Half>(data: &[E], offset: usize) -> Vec<E> {
-    let mut buf = vec![<E as kernels::Element>::from_f32(f32::NAN); offset];
-    buf.extend_from_slice(data);
-    buf
-}
 
 #[derive(Debug, Clone)]
 struct Rows {
@@ -71,7 +55,7 @@ fn softmax_as<E: Half>(k: &Kernels, c: &Rows, log: bool) -> Result<(), TestCaseE
         mask: c.mask.as_deref(),
         masked_rows: policy,
     };
-    let mut buf = placed(&x, c.offset);
+    let mut buf = misaligned_as(&x, c.offset);
     let got: Vec<E> = if c.inplace {
         let xs = &mut buf[c.offset..];
         if log {
@@ -82,7 +66,7 @@ fn softmax_as<E: Half>(k: &Kernels, c: &Rows, log: bool) -> Result<(), TestCaseE
         .unwrap();
         xs.to_vec()
     } else {
-        let mut out = placed(&vec![<E as kernels::Element>::from_f32(0.0); x.len()], 3);
+        let mut out = misaligned_as(&vec![<E as kernels::Element>::from_f32(0.0); x.len()], 3);
         if log {
             k.log_softmax(&buf[c.offset..], &mut out[3..], c.n, &opts)
         } else {
@@ -113,7 +97,7 @@ fn softmax_as<E: Half>(k: &Kernels, c: &Rows, log: bool) -> Result<(), TestCaseE
 /// `exp`, `sigmoid` or `swish` (0, 1, 2) of `x`, stored as `E`, in place or not.
 fn map_as<E: Half>(k: &Kernels, which: u8, x: &[f32], offset: usize, inplace: bool) -> Result<(), TestCaseError> {
     let x: Vec<E> = narrow(x);
-    let mut buf = placed(&x, offset);
+    let mut buf = misaligned_as(&x, offset);
     let got: Vec<E> = if inplace {
         let xs = &mut buf[offset..];
         match which {

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Mutex;
 
-use common::{all_kernels, misaligned, SPECIALS};
+use common::{all_kernels, misaligned, misaligned_as, narrow, wide, Half, SPECIALS};
 use kernels::{BatchNormOptions, Error, Kernels, LayerNormOptions, Residual, RmsNormOptions, RowStats};
 use proptest::prelude::*;
 use reference::BatchNormTrainOutputs;
@@ -891,27 +891,6 @@ fn batch_norm_with_a_subnormal_folded_scale() {
 // parameters in f32. The reference checks widen the inputs exactly and accept each half
 // output iff it lies between the roundings to the type of the ends of the f32 bound; the `h`
 // output must be the f32 residual (of the widened inputs) rounded once, bit for bit.
-
-/// A storage type both the kernels and the reference know.
-trait Half: kernels::Element + reference::Element {}
-impl Half for half::f16 {}
-impl Half for half::bf16 {}
-
-fn narrow<E: Half>(v: &[f32]) -> Vec<E> {
-    v.iter().map(|&x| <E as kernels::Element>::from_f32(x)).collect()
-}
-
-fn wide<E: Half>(v: &[E]) -> Vec<f32> {
-    v.iter().map(|&x| <E as kernels::Element>::to_f32(x)).collect()
-}
-
-/// `data` in a fresh buffer at an offset of `offset` elements (NaN before it); the slice the
-/// kernel sees is `buf[offset..]`.
-fn misaligned_as<E: Half>(data: &[E], offset: usize) -> Vec<E> {
-    let mut buf = vec![<E as kernels::Element>::from_f32(f32::NAN); offset];
-    buf.extend_from_slice(data);
-    buf
-}
 
 /// The output scales of the half cases: ordinary, beyond f16's range (γ large: `|y| > 65504`
 /// while the inputs fit), f16 subnormals, and bf16 (= f32) subnormals. `β` is scaled alike so

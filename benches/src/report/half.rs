@@ -290,15 +290,7 @@ fn attention(len: usize, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         }
     }
 
-    let timing = timing::Timing {
-        rounds: if len > 512 {
-            ctx.timing.rounds.min(LONG_ROUNDS)
-        } else {
-            ctx.timing.rounds
-        },
-        ..ctx.timing
-    };
-    let samples = timing::interleaved(list.len(), &timing, |c| {
+    let samples = timing::interleaved(list.len(), &timing_for(ctx, len), |c| {
         let _ = run(list[c]);
     });
     let flops = 4.0 * (len * len * dim * heads) as f64;
@@ -311,6 +303,16 @@ fn attention(len: usize, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         &samples,
         &checked,
     ))
+}
+
+/// The context's timing, with at most [`LONG_ROUNDS`] rounds beyond length 512.
+fn timing_for(ctx: &Context, len: usize) -> timing::Timing {
+    let rounds = if len > 512 {
+        ctx.timing.rounds.min(LONG_ROUNDS)
+    } else {
+        ctx.timing.rounds
+    };
+    timing::Timing { rounds, ..ctx.timing }
 }
 
 /// The storage types, with what the checks need of both crates' traits.
@@ -424,15 +426,7 @@ fn gau(len: usize, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         checked.push((t, i, result));
     }
 
-    let timing = timing::Timing {
-        rounds: if len > 512 {
-            ctx.timing.rounds.min(LONG_ROUNDS)
-        } else {
-            ctx.timing.rounds
-        },
-        ..ctx.timing
-    };
-    let samples = timing::interleaved(list.len(), &timing, |c| {
+    let samples = timing::interleaved(list.len(), &timing_for(ctx, len), |c| {
         let _ = run(list[c]);
     });
     let (flops, _) = gau::flops(len, false);

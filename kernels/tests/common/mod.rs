@@ -90,3 +90,38 @@ pub fn cases(default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The half storage types, with what the tests need of both crates' traits.
+pub trait Half: kernels::Element + reference::Element {}
+impl Half for kernels::half::f16 {}
+impl Half for kernels::half::bf16 {}
+
+/// `xs` rounded to `E`.
+pub fn narrow<E: kernels::Element>(xs: &[f32]) -> Vec<E> {
+    xs.iter().map(|&x| E::from_f32(x)).collect()
+}
+
+/// The values of `xs`, widened exactly.
+pub fn wide<E: kernels::Element>(xs: &[E]) -> Vec<f32> {
+    xs.iter().map(|&x| x.to_f32()).collect()
+}
+
+/// `xs` rounded to `E`, and those values widened back (what a kernel reading `E` sees).
+pub fn to_half<E: kernels::Element>(xs: &[f32]) -> (Vec<E>, Vec<f32>) {
+    let h = narrow(xs);
+    let w = wide(&h);
+    (h, w)
+}
+
+/// Equal bits, or both NaN.
+pub fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// [`misaligned`] for any storage type: `data` at an offset of `offset` elements in a fresh
+/// buffer, NaN before it; the slice the kernel sees is `buf[offset..]`.
+pub fn misaligned_as<E: kernels::Element>(data: &[E], offset: usize) -> Vec<E> {
+    let mut buf = vec![E::from_f32(f32::NAN); offset];
+    buf.extend_from_slice(data);
+    buf
+}
