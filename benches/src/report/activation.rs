@@ -12,7 +12,8 @@ use kernels::half::{bf16, f16};
 use kernels::{Element, Kernels};
 
 use super::case::Case;
-use super::{no_custom, no_goals, Family, Plan};
+use super::output::Row;
+use super::{no_custom, Family, Plan};
 use crate::{data, plain};
 
 /// The kernels of this module, for the registry of the report.
@@ -21,7 +22,7 @@ pub const FAMILY: Family = Family {
     cases,
     custom: no_custom,
     issue: 5,
-    goals: no_goals,
+    goals,
 };
 
 /// Lengths: in cache, beyond L2.
@@ -40,7 +41,23 @@ fn cases(plan: &Plan) -> Vec<Case> {
     let len = LENS[1];
     cases.push(swish_as::<f16>(len));
     cases.push(swish_as::<bf16>(len));
+    if !plan.quick {
+        cases.push(sigmoid_as::<f16>(len));
+        cases.push(sigmoid_as::<bf16>(len));
+    }
     cases
+}
+
+fn sigmoid_as<E: Element>(len: usize) -> Case {
+    Case::elementwise_as::<E>(
+        "sigmoid",
+        len.to_string(),
+        len,
+        move || input(len),
+        |k: Kernels, x: &[E], y: &mut [E]| k.sigmoid(x, y),
+        plain::sigmoid,
+        reference::sigmoid,
+    )
 }
 
 fn swish_as<E: Element>(len: usize) -> Case {
@@ -81,4 +98,10 @@ fn swish(len: usize) -> Case {
         plain::swish,
         reference::swish,
     )
+}
+
+/// Issue 7's memory-bound goal lines for the half-typed rows (see
+/// [`super::softmax::half_goals`]).
+fn goals(rows: &[Row]) -> Vec<String> {
+    super::softmax::half_goals(rows, &["sigmoid", "swish"])
 }

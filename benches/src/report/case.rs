@@ -134,27 +134,44 @@ impl Case {
         plain: impl Fn(&[f32], &mut [f32]) + 'static,
         oracle: impl Fn(&[f32]) -> Vec<f64> + 'static,
     ) -> Case {
+        Case::stored_as::<E>(kernel, shape, [len, len, len], input, run, plain, oracle)
+    }
+
+    /// [`Case::elementwise_as`] with `x` of `x_elems` elements (several inputs packed, as
+    /// `[x | r]`), `y` of `y_elems` (several outputs, as `[y | h]`), and `out` elements
+    /// produced and checked: the first `out` of `y`. `lens = [x_elems, y_elems, out]`.
+    pub fn stored_as<E: Element>(
+        kernel: &'static str,
+        shape: String,
+        lens: [usize; 3],
+        input: impl Fn() -> Vec<f32> + 'static,
+        run: impl Fn(Kernels, &[E], &mut [E]) -> Result<(), kernels::Error> + 'static,
+        plain: impl Fn(&[f32], &mut [f32]) + 'static,
+        oracle: impl Fn(&[f32]) -> Vec<f64> + 'static,
+    ) -> Case {
+        let [xn, yn, out] = lens;
         Case {
             dtype: E::NAME,
-            x_len: storage::slots::<E>(len),
-            y_len: storage::slots::<E>(len),
+            x_len: storage::slots::<E>(xn),
+            y_len: storage::slots::<E>(yn),
+            elements: out,
             rule: Rule::Copy,
-            decode: Some(Box::new(move |y| storage::unpack::<E>(y, len))),
+            decode: Some(Box::new(move |y| storage::unpack::<E>(y, out))),
             ..Case::elementwise(
                 kernel,
                 shape,
-                len,
+                out,
                 move || storage::pack::<E>(&input()),
-                move |k, x, y| run(k, storage::view::<E>(x, len), storage::view_mut::<E>(y, len)),
+                move |k, x, y| run(k, storage::view::<E>(x, xn), storage::view_mut::<E>(y, yn)),
                 move |x, y| {
-                    let wide = storage::unpack::<E>(x, len);
-                    let mut out = vec![0.0f32; len];
-                    plain(&wide, &mut out);
-                    for (d, &v) in storage::view_mut::<E>(y, len).iter_mut().zip(&out) {
+                    let wide = storage::unpack::<E>(x, xn);
+                    let mut result = vec![0.0f32; yn];
+                    plain(&wide, &mut result);
+                    for (d, &v) in storage::view_mut::<E>(y, yn).iter_mut().zip(&result) {
                         *d = E::from_f32(v);
                     }
                 },
-                move |x| oracle(&storage::unpack::<E>(x, len)),
+                move |x| oracle(&storage::unpack::<E>(x, xn)),
             )
         }
     }

@@ -94,7 +94,12 @@ fn custom(plan: &Plan) -> Vec<Custom> {
         out.push(layer_norm_as::<bf16>(r, d));
         out.push(rms_norm_as::<f16>(r, d));
         out.push(rms_norm_as::<bf16>(r, d));
+        out.push(add_layer_norm_as::<f16>(r, d));
+        out.push(add_layer_norm_as::<bf16>(r, d));
     }
+    let shape = BN_SHAPES[1];
+    out.push(batch_norm_as::<f16>(shape));
+    out.push(batch_norm_as::<bf16>(shape));
     out
 }
 
@@ -130,6 +135,79 @@ fn layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
     checked(case, move |x, y| {
         let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
         reference::check_layer_norm(x, d, Some(&g), Some(&b), EPS, y, None, None).is_ok()
+    })
+}
+
+/// Add & LayerNorm with the `h` output over `E`: input `[x | r]`, output `[y | h]`.
+fn add_layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
+    let n = rows * d;
+    let (g, b) = affine(d);
+    let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
+    let case = Case::stored_as::<E>(
+        "add_ln_h",
+        format!("{rows}x{d}"),
+        [2 * n, 2 * n, n],
+        move || residual_input(rows, d),
+        move |k: Kernels, xr: &[E], yh: &mut [E]| {
+            let opts = LayerNormOptions {
+                gamma: Some(&g1),
+                beta: Some(&b1),
+                eps: EPS,
+            };
+            let (x, r) = xr.split_at(n);
+            let (y, h) = yh.split_at_mut(n);
+            k.add_layer_norm(x, r, y, Some(h), d, &Residual::default(), &opts)
+        },
+        move |xr, yh| {
+            let (x, r) = xr.split_at(n);
+            let (y, h) = yh.split_at_mut(n);
+            plain_add(x, r, h);
+            plain_layer_norm(h, y, d, &g2, &b2, EPS);
+        },
+        move |xr| {
+            let (x, r) = xr.split_at(n);
+            reference::add_layer_norm(x, r, None, 1.0, d, Some(&g3), Some(&b3), EPS)
+                .1
+                .y
+        },
+    );
+    checked(case, move |xr, yh| {
+        let (xr, yh) = (storage::view::<E>(xr, 2 * n), storage::view::<E>(yh, 2 * n));
+        let wide = |v: &[E]| -> Vec<f32> { v.iter().map(|e| <E as Element>::to_f32(*e)).collect() };
+        let h = reference::residual(&wide(&xr[..n]), &wide(&xr[n..]), None, 1.0, d);
+        reference::check_layer_norm(&h, d, Some(&g), Some(&b), EPS, &yh[..n], None, None).is_ok()
+    })
+}
+
+/// BatchNorm inference over `E`.
+fn batch_norm_as<E: Half>(shape: [usize; 3]) -> Custom {
+    let [n, c, s] = shape;
+    let len = n * c * s;
+    let (g, b) = affine(c);
+    let (m, v) = running(c);
+    let (g1, b1, m1, v1) = (g.clone(), b.clone(), m.clone(), v.clone());
+    let (g2, b2, m2, v2) = (g.clone(), b.clone(), m.clone(), v.clone());
+    let (g3, b3, m3, v3) = (g.clone(), b.clone(), m.clone(), v.clone());
+    let case = Case::elementwise_as::<E>(
+        "batch_norm",
+        bn_name(shape),
+        len,
+        move || rows_input(n * c, s, 0x5eed_0322),
+        move |k: Kernels, x: &[E], y: &mut [E]| {
+            let opts = BatchNormOptions {
+                gamma: Some(&g1),
+                beta: Some(&b1),
+                eps: EPS,
+                ..BatchNormOptions::default()
+            };
+            k.batch_norm(x, y, shape, &m1, &v1, &opts)
+        },
+        move |x, y| plain_batch_norm(x, y, shape, &m2, &v2, &g2, &b2, EPS),
+        move |x| reference::batch_norm(x, shape, &m3, &v3, Some(&g3), Some(&b3), EPS),
+    );
+    checked(case, move |x, y| {
+        let (x, y) = (storage::view::<E>(x, len), storage::view::<E>(y, len));
+        reference::check_batch_norm(x, shape, &m, &v, Some(&g), Some(&b), EPS, y).is_ok()
     })
 }
 
@@ -634,6 +712,9 @@ fn goals(rows: &[Row]) -> Vec<String> {
                 .collect(),
         );
     }
-    out.extend(super::softmax::half_goals(rows, &["layer_norm", "rms_norm"]));
+    out.extend(super::softmax::half_goals(
+        rows,
+        &["layer_norm", "add_ln_h", "rms_norm", "batch_norm"],
+    ));
     out
 }

@@ -50,6 +50,10 @@ fn cases(plan: &Plan) -> Vec<Case> {
         cases.push(log_softmax_as::<f16>(rows, n));
         cases.push(log_softmax_as::<bf16>(rows, n));
     }
+    if !plan.quick {
+        cases.push(exp_as::<f16>(EXP_LENS[1]));
+        cases.push(exp_as::<bf16>(EXP_LENS[1]));
+    }
     cases
 }
 
@@ -68,6 +72,19 @@ fn softmax_as<E: Element>(rows: usize, n: usize) -> Case {
         move |k: Kernels, x: &[E], y: &mut [E]| k.softmax(x, y, n, &SoftmaxOptions::default()),
         move |x, y| plain::softmax(x, y, n),
         move |x| reference::softmax(x, n, 1.0, None, MaskedRows::Zero),
+    )
+}
+
+fn exp_as<E: Element>(len: usize) -> Case {
+    Case::elementwise_as::<E>(
+        "exp",
+        len.to_string(),
+        len,
+        // Within the f16 range of the results: e^±11 (bf16 would take ±88).
+        move || data::uniform(len, -11.0, 11.0, 0x5eed_0002),
+        |k: Kernels, x: &[E], y: &mut [E]| k.exp(x, y),
+        plain::exp,
+        reference::exp,
     )
 }
 
@@ -179,7 +196,7 @@ fn goals(rows: &[Row]) -> Vec<String> {
             ));
         }
     }
-    out.extend(half_goals(rows, &["softmax", "log_softmax", "swish"]));
+    out.extend(half_goals(rows, &["softmax", "log_softmax", "exp"]));
     out
 }
 
