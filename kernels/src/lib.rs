@@ -146,7 +146,8 @@ pub fn narrow<E: Element>(x: &[f32], out: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.narrow(x, out))
 }
 
-/// `out[i] = eˣⁱ` for every element.
+/// `out[i] = eˣⁱ` for every element (of any [`Element`] type: a half-typed result is the f32
+/// one rounded once).
 ///
 /// Error ≤ 1 ulp against `exp` computed in f64 and rounded to f32, for normal and subnormal
 /// results alike (checked over all 2³² inputs on every ISA). Overflow (`x > 88.72`) gives +∞,

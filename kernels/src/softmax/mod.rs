@@ -24,6 +24,14 @@
 //! semantics, not of the error (with `|x| ≈ 10³⁶`, a mask of −10²⁷ is below half an ulp and
 //! does not change the score). With `scale = 1` and no mask, `z = x` exactly.
 //!
+//! # Storage types
+//!
+//! `x` and `y` may be `f32`, `f16` or `bf16` (an [`Element`]); the mask is f32. A half-typed
+//! row is widened exactly, computed as the f32 row is, and each output rounded once: the
+//! result is bit for bit the f32 kernel's on the widened input, rounded to the type, and its
+//! bound is the one below plus that rounding (`reference::check_softmax` with `E = f16, bf16`).
+//! An f16 log-softmax below −65504 is −∞.
+//!
 //! # Error bound
 //!
 //! With `u = 2⁻²⁴`, `z` the f32 scores and `ŷ`, `d̂` the exact results on them (the f64
