@@ -773,6 +773,39 @@ fn huge_scores_may_move_weight_to_keys_whose_exact_weight_underflows() {
     }
 }
 
+/// Regression (fuzz, the f16/bf16 target): an exact weight that is an f64 subnormal times a
+/// tiny `|V|` underflowed to 0 before it met an infinite relative factor (scores near 10¹⁵,
+/// `E` near 10⁹), and the oracle's bound became `0·∞ = NaN`; it is now `w·(|V|·rel) = ∞`.
+#[test]
+fn underflowing_weight_times_tiny_values_keeps_the_bound_finite_or_infinite() {
+    // The fuzzer's bf16 values, widened (every key's V column 0 is −1.58e−23).
+    let table: Vec<f32> = [
+        39321u16, 19353, 39321, 39321, 39321, 39321, 39321, 39321, 39321, 39321, 39168, 24217, 48, 827, 225,
+    ]
+    .iter()
+    .map(|&b| f32::from_bits((b as u32) << 16))
+    .collect();
+    let (n, keys) = (73, 3);
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        q_len: keys,
+        kv_len: keys,
+        head_dim: n,
+        value_dim: n,
+    };
+    let mut c = plain_case(shape, 16);
+    c.q = (0..keys * n).map(|i| table[i % table.len()]).collect();
+    c.k = (0..keys * n).map(|i| table[(i + 7) % table.len()]).collect();
+    c.v = c.k.clone();
+    c.scale = Some(f32::from_bits(3716415616)); // −1.19e18
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        c.check(&k, &out, None).unwrap_or_else(|e| panic!("{}: {e}", k.isa()));
+    }
+}
+
 /// Regression (qemu run): subnormal products in `Q·K` round to 0 in f32; the scores' bound has
 /// an absolute term of 2⁻¹⁵⁰ per rounding for that.
 #[test]

@@ -322,7 +322,9 @@ pub fn check_attention<E: Element>(
                             let grow = 1.0 + ((z - m).abs() + 3.0 * lk + 16.0) * U;
                             if w > 0.0 {
                                 let rel = (1.0 + (2.0 * e).exp_m1()) * grow - 1.0;
-                                bound += w * vj * rel;
+                                // `vj·rel` first: `w·vj` may underflow to 0 where `rel` is ∞
+                                // (0·∞ = NaN; a fuzz find).
+                                bound += w * (vj * rel);
                             } else {
                                 // ŵ underflows f64, but a score error E can still give the key
                                 // a weight up to ŵ·e^{2E}: evaluated in the log domain (a fuzz
