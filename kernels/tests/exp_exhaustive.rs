@@ -8,11 +8,11 @@ mod common;
 
 use reference::ulp_distance;
 
-#[test]
 // Ignored because it checks 4.3·10⁹ inputs: minutes in release, far longer in the default
 // (debug-assertion) test run. `.ci/run` runs it in release on every CI run:
 // `cargo test --release -p kernels --test exp_exhaustive -- --ignored`; the aarch64 script
 // runs a strided sample under qemu.
+#[test]
 #[ignore = "4.3e9 inputs: run in release by CI (see the module docs)"]
 fn exp_is_within_1_ulp_for_every_f32() {
     let stride: u64 = std::env::var("KERNELS_EXP_STRIDE")
