@@ -68,7 +68,7 @@ fn custom(plan: &Plan) -> Vec<Custom> {
     let mut out = Vec::new();
     let rows = plan.pick(&ROWS, &ROWS_QUICK);
     for &(r, d) in rows {
-        out.push(layer_norm(r, d));
+        out.push(layer_norm_as::<f32>(r, d));
     }
     for &(r, d) in rows {
         out.push(add_layer_norm(r, d, true));
@@ -79,10 +79,10 @@ fn custom(plan: &Plan) -> Vec<Custom> {
     }
     // --quick: rms_norm in cache only (the scalar path costs ~25 ms a call beyond L2).
     for &(r, d) in rows.iter().filter(|&&(r, d)| !plan.quick || r * d < 1 << 20) {
-        out.push(rms_norm(r, d));
+        out.push(rms_norm_as::<f32>(r, d));
     }
     for &shape in plan.pick(&BN_SHAPES, &BN_SHAPES_QUICK) {
-        out.push(batch_norm(shape));
+        out.push(batch_norm_as::<f32>(shape));
         if !plan.quick {
             out.push(batch_norm_train(shape));
         }
@@ -107,8 +107,10 @@ fn custom(plan: &Plan) -> Vec<Custom> {
 const HALF_ROWS: [(usize, usize); 2] = [(4096, 1024), (1024, 4096)];
 const HALF_ROWS_QUICK: [(usize, usize); 1] = [(4096, 1024)];
 
-/// The storage types, with what the checks need of both crates' traits.
+/// The storage types (f32 included: its rows come from the same constructors), with what
+/// the checks need of both crates' traits.
 trait Half: Element + reference::Element {}
+impl Half for f32 {}
 impl Half for f16 {}
 impl Half for bf16 {}
 
@@ -378,34 +380,6 @@ fn checked(case: Case, check: impl Fn(&[f32], &[f32]) -> bool + 'static) -> Cust
     }
 }
 
-fn layer_norm(rows: usize, d: usize) -> Custom {
-    let n = rows * d;
-    let (g, b) = affine(d);
-    let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
-    let case = Case {
-        rule: Rule::Copy,
-        ..Case::elementwise(
-            "layer_norm",
-            format!("{rows}x{d}"),
-            n,
-            move || rows_input(rows, d, 0x5eed_0310),
-            move |k: Kernels, x, y| {
-                let opts = LayerNormOptions {
-                    gamma: Some(&g1),
-                    beta: Some(&b1),
-                    eps: EPS,
-                };
-                k.layer_norm(x, y, d, &opts)
-            },
-            move |x, y| plain_layer_norm(x, y, d, &g2, &b2, EPS),
-            move |x| reference::layer_norm(x, d, Some(&g3), Some(&b3), EPS).y,
-        )
-    };
-    checked(case, move |x, y| {
-        reference::check_layer_norm(x, d, Some(&g), Some(&b), EPS, y, None, None).is_ok()
-    })
-}
-
 /// Fused Add & LayerNorm: input `[x | r]`, output `[y | h]` (or `[y]` without `h`).
 fn add_layer_norm(rows: usize, d: usize, with_h: bool) -> Custom {
     let n = rows * d;
@@ -520,33 +494,6 @@ fn add_then_layer_norm(rows: usize, d: usize) -> Custom {
     })
 }
 
-fn rms_norm(rows: usize, d: usize) -> Custom {
-    let n = rows * d;
-    let g = affine(d).0;
-    let (g1, g2, g3) = (g.clone(), g.clone(), g.clone());
-    let case = Case {
-        rule: Rule::Copy,
-        ..Case::elementwise(
-            "rms_norm",
-            format!("{rows}x{d}"),
-            n,
-            move || rows_input(rows, d, 0x5eed_0313),
-            move |k: Kernels, x, y| {
-                let opts = RmsNormOptions {
-                    gain: Some(&g1),
-                    eps: EPS,
-                };
-                k.rms_norm(x, y, d, &opts)
-            },
-            move |x, y| plain_rms_norm(x, y, d, &g2, EPS),
-            move |x| reference::rms_norm(x, d, Some(&g3), EPS).y,
-        )
-    };
-    checked(case, move |x, y| {
-        reference::check_rms_norm(x, d, Some(&g), EPS, y).is_ok()
-    })
-}
-
 /// Running statistics of `c` channels: means in [−1, 1), variances in [0.5, 2).
 pub fn running(c: usize) -> (Vec<f32>, Vec<f32>) {
     (
@@ -557,39 +504,6 @@ pub fn running(c: usize) -> (Vec<f32>, Vec<f32>) {
 
 fn bn_name(shape: [usize; 3]) -> String {
     format!("{}x{}x{}", shape[0], shape[1], shape[2])
-}
-
-fn batch_norm(shape: [usize; 3]) -> Custom {
-    let [n, c, s] = shape;
-    let len = n * c * s;
-    let (g, b) = affine(c);
-    let (m, v) = running(c);
-    let (g1, b1, m1, v1) = (g.clone(), b.clone(), m.clone(), v.clone());
-    let (g2, b2, m2, v2) = (g.clone(), b.clone(), m.clone(), v.clone());
-    let (g3, b3, m3, v3) = (g.clone(), b.clone(), m.clone(), v.clone());
-    let case = Case {
-        rule: Rule::Copy,
-        ..Case::elementwise(
-            "batch_norm",
-            bn_name(shape),
-            len,
-            move || rows_input(n * c, s, 0x5eed_0322),
-            move |k: Kernels, x, y| {
-                let opts = BatchNormOptions {
-                    gamma: Some(&g1),
-                    beta: Some(&b1),
-                    eps: EPS,
-                    ..BatchNormOptions::default()
-                };
-                k.batch_norm(x, y, shape, &m1, &v1, &opts)
-            },
-            move |x, y| plain_batch_norm(x, y, shape, &m2, &v2, &g2, &b2, EPS),
-            move |x| reference::batch_norm(x, shape, &m3, &v3, Some(&g3), Some(&b3), EPS),
-        )
-    };
-    checked(case, move |x, y| {
-        reference::check_batch_norm(x, shape, &m, &v, Some(&g), Some(&b), EPS, y).is_ok()
-    })
 }
 
 fn batch_norm_train(shape: [usize; 3]) -> Custom {
