@@ -11,7 +11,7 @@
 use kernels::half::{bf16, f16};
 use kernels::{Element, Kernels};
 
-use super::case::Case;
+use super::case::{Case, Rule};
 use super::output::Row;
 use super::{no_custom, Family, Plan};
 use crate::{data, plain};
@@ -77,27 +77,19 @@ fn input(len: usize) -> Vec<f32> {
 }
 
 fn sigmoid(len: usize) -> Case {
-    Case::elementwise(
-        "sigmoid",
-        len.to_string(),
-        len,
-        move || input(len),
-        |k: Kernels, x, y| k.sigmoid(x, y),
-        plain::sigmoid,
-        reference::sigmoid,
-    )
+    // The f32 row in cache is held against the bare exp (the half rows against the copy).
+    Case {
+        rule: Rule::CopyBeyondL2ElseExp,
+        ..sigmoid_as::<f32>(len)
+    }
 }
 
 fn swish(len: usize) -> Case {
-    Case::elementwise(
-        "swish",
-        len.to_string(),
-        len,
-        move || input(len),
-        |k: Kernels, x, y| k.swish(x, y),
-        plain::swish,
-        reference::swish,
-    )
+    // The f32 row in cache is held against the bare exp (the half rows against the copy).
+    Case {
+        rule: Rule::CopyBeyondL2ElseExp,
+        ..swish_as::<f32>(len)
+    }
 }
 
 /// Issue 7's memory-bound goal lines for the half-typed rows (see

@@ -105,27 +105,19 @@ fn logits(len: usize) -> Vec<f32> {
 }
 
 fn softmax(rows: usize, n: usize) -> Case {
-    Case::elementwise(
-        "softmax",
-        format!("{rows}x{n}"),
-        rows * n,
-        move || logits(rows * n),
-        move |k: Kernels, x, y| k.softmax(x, y, n, &SoftmaxOptions::default()),
-        move |x, y| plain::softmax(x, y, n),
-        move |x| reference::softmax(x, n, 1.0, None, MaskedRows::Zero),
-    )
+    // The f32 row in cache is held against the bare exp (the half rows against the copy).
+    Case {
+        rule: Rule::CopyBeyondL2ElseExp,
+        ..softmax_as::<f32>(rows, n)
+    }
 }
 
 fn log_softmax(rows: usize, n: usize) -> Case {
-    Case::elementwise(
-        "log_softmax",
-        format!("{rows}x{n}"),
-        rows * n,
-        move || logits(rows * n),
-        move |k: Kernels, x, y| k.log_softmax(x, y, n, &SoftmaxOptions::default()),
-        move |x, y| plain::log_softmax(x, y, n),
-        move |x| reference::log_softmax(x, n, 1.0, None, MaskedRows::Zero),
-    )
+    // The f32 row in cache is held against the bare exp (the half rows against the copy).
+    Case {
+        rule: Rule::CopyBeyondL2ElseExp,
+        ..log_softmax_as::<f32>(rows, n)
+    }
 }
 
 fn exp(len: usize) -> Case {
