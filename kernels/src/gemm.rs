@@ -119,9 +119,11 @@ pub(crate) unsafe fn pack_b(b: *const f32, ldb: usize, k: usize, n: usize, nr: u
 /// for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels. The
 /// source may be stored as any [`Element`]: each value is widened exactly as it is packed
 /// (half-typed rows with the ISA's conversions, a chunk at a time through a stack buffer).
+/// f32 rows go `LANES` keys by `LANES` columns at a time through [`Simd::transpose`].
 ///
 /// # Safety
-/// `bt` holds `count` rows of `k` elements; `dst` holds `panels·nr·k` floats.
+/// `bt` holds `count` rows of `k` elements; `dst` holds `panels·nr·k` floats; `nr` is a
+/// multiple of `LANES`.
 #[inline(always)]
 pub(crate) unsafe fn pack_bt<S: Simd, E: Element>(
     s: S,
@@ -132,35 +134,66 @@ pub(crate) unsafe fn pack_bt<S: Simd, E: Element>(
     nr: usize,
     k: usize,
 ) {
-    const CHUNK: usize = 64;
-    let mut wide = [0.0f32; CHUNK];
+    let lanes = S::LANES;
     for p in 0..panels {
-        for jj in 0..nr {
-            let j = p * nr + jj;
-            if j >= count {
-                for kk in 0..k {
-                    // SAFETY: inside panel `p`.
-                    unsafe { *dst.add((p * k + kk) * nr + jj) = 0.0 };
+        let panel = dst.wrapping_add(p * k * nr);
+        for g in (0..nr).step_by(lanes) {
+            let j = p * nr + g;
+            if E::IS_F32 && j + lanes <= count {
+                let rows = bt.wrapping_add(j * k).cast::<f32>();
+                let mut kk = 0;
+                while kk + lanes <= k {
+                    // SAFETY: keys `j..j + LANES ≤ count`, columns `kk..kk + LANES ≤ k`; the
+                    // block lands in rows `kk..` and columns `g..g + LANES ≤ nr` of panel `p`.
+                    unsafe { s.transpose(rows.add(kk), k, panel.add(kk * nr + g), nr) };
+                    kk += lanes;
                 }
-                continue;
-            }
-            // SAFETY: row `j < count` is read; writes stay inside panel `p`.
-            unsafe {
-                let row = bt.add(j * k);
-                if E::IS_F32 {
-                    let row = row.cast::<f32>();
-                    for kk in 0..k {
-                        *dst.add((p * k + kk) * nr + jj) = *row.add(kk);
-                    }
-                } else {
-                    for k0 in (0..k).step_by(CHUNK) {
-                        let len = CHUNK.min(k - k0);
-                        crate::math::map_row(s, row.add(k0), wide.as_mut_ptr(), len, crate::math::Identity);
-                        for (kk, &w) in wide[..len].iter().enumerate() {
-                            *dst.add((p * k + k0 + kk) * nr + jj) = w;
+                for jj in g..g + lanes {
+                    // SAFETY: as above, for the columns `kk..k` left.
+                    unsafe { pack_key(s, rows.add((jj - g) * k).cast::<E>(), panel.add(jj), kk, k, nr) };
+                }
+            } else {
+                for jj in g..g + lanes {
+                    if p * nr + jj < count {
+                        // SAFETY: row `p·nr + jj < count` is read; column `jj` of the panel
+                        // is written.
+                        unsafe { pack_key(s, bt.add((p * nr + jj) * k), panel.add(jj), 0, k, nr) };
+                    } else {
+                        for kk in 0..k {
+                            // SAFETY: inside panel `p`.
+                            unsafe { *panel.add(kk * nr + jj) = 0.0 };
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Writes elements `from..k` of one key row (widened to f32) down a panel column:
+/// `column[kk·nr] = row[kk]`.
+///
+/// # Safety
+/// `row` holds `k` elements; `column` covers `k` rows of the panel at stride `nr`.
+#[inline(always)]
+unsafe fn pack_key<S: Simd, E: Element>(s: S, row: *const E, column: *mut f32, from: usize, k: usize, nr: usize) {
+    const CHUNK: usize = 64;
+    if E::IS_F32 {
+        let row = row.cast::<f32>();
+        for kk in from..k {
+            // SAFETY: `kk < k`. A volatile read keeps this loop scalar: vectorized, its strided
+            // stores become scatters, slower than scalar code on Zen 5.
+            unsafe { *column.add(kk * nr) = row.add(kk).read_volatile() };
+        }
+    } else {
+        let mut wide = [0.0f32; CHUNK];
+        for k0 in (from..k).step_by(CHUNK) {
+            let len = CHUNK.min(k - k0);
+            // SAFETY: elements `k0..k0 + len ≤ k` of the row; the buffer holds `CHUNK`.
+            unsafe { crate::math::map_row(s, row.add(k0), wide.as_mut_ptr(), len, crate::math::Identity) };
+            for (kk, &w) in wide[..len].iter().enumerate() {
+                // SAFETY: row `k0 + kk < k` of the column.
+                unsafe { *column.add((k0 + kk) * nr) = w };
             }
         }
     }
@@ -177,18 +210,34 @@ pub(crate) unsafe fn tile<S: Simd, const MR: usize, const NV: usize>(
     bp: *const f32,
     k: usize,
 ) -> [[S::V; NV]; MR] {
-    let nr = NV * S::LANES;
-    let mut acc = [[s.splat(0.0); NV]; MR];
+    // SAFETY: forwarded; the panel's rows are `NV·LANES` apart.
+    unsafe { tile_cols::<S, MR, NV>(s, a, bp, k, NV * S::LANES) }
+}
+
+/// The first `W·LANES` columns of a packed panel's tile, rows `ldb` floats apart: [`tile`]
+/// when `ldb = W·LANES`, or the left part of a wider panel's tile.
+///
+/// # Safety
+/// Each `a[r]` holds `k` floats; `bp` holds `k` rows of `ldb ≥ W·LANES` floats.
+#[inline(always)]
+pub(crate) unsafe fn tile_cols<S: Simd, const MR: usize, const W: usize>(
+    s: S,
+    a: &[*const f32; MR],
+    bp: *const f32,
+    k: usize,
+    ldb: usize,
+) -> [[S::V; W]; MR] {
+    let mut acc = [[s.splat(0.0); W]; MR];
     for kk in 0..k {
-        // SAFETY: `kk < k` and `v·LANES < nr`: inside the panel and the rows of `a`.
+        // SAFETY: `kk < k` and `v·LANES < W·LANES ≤ ldb`: inside the panel and the rows of `a`.
         unsafe {
-            let mut b = [s.splat(0.0); NV];
+            let mut b = [s.splat(0.0); W];
             for (v, x) in b.iter_mut().enumerate() {
-                *x = s.load(bp.add(kk * nr + v * S::LANES));
+                *x = s.load(bp.add(kk * ldb + v * S::LANES));
             }
             for r in 0..MR {
                 let av = s.splat(*a[r].add(kk));
-                for v in 0..NV {
+                for v in 0..W {
                     acc[r][v] = s.mul_add(av, b[v], acc[r][v]);
                 }
             }
@@ -347,5 +396,60 @@ pub(crate) unsafe fn gemm<S: Simd, const MR: usize, const NV: usize>(
             }
         }
         r0 = block_end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::Token;
+    use crate::{available_isas, Isa};
+
+    /// `pack_bt` on f32 keys (the `Simd::transpose` blocks and the scalar edges) and on f16
+    /// keys against a plain transposition, for counts and widths around the block sizes.
+    fn packs_like_a_transposition<S: Token>() {
+        // SAFETY: called only when the ISA is available.
+        let s = unsafe { S::new_unchecked() };
+        for nv in [1usize, 2, 4] {
+            let nr = nv * S::LANES;
+            for k in [1usize, 3, 8, 15, 16, 17, 33, 64] {
+                for count in [0usize, 1, 7, 8, 16, 17, 31, 64, 65] {
+                    let panels = count.div_ceil(nr).max(1);
+                    let bt: Vec<f32> = (0..count * k).map(|i| i as f32 + 0.5).collect();
+                    let mut want = vec![0.0f32; panels * nr * k];
+                    for j in 0..count {
+                        for kk in 0..k {
+                            want[(j / nr * k + kk) * nr + j % nr] = bt[j * k + kk];
+                        }
+                    }
+                    let mut got = vec![f32::NAN; panels * nr * k];
+                    // SAFETY: `bt` holds `count·k`, `got` `panels·nr·k` floats.
+                    unsafe { pack_bt(s, bt.as_ptr(), got.as_mut_ptr(), count, panels, nr, k) };
+                    assert_eq!(got, want, "f32, nr {nr}, k {k}, count {count}");
+                    let halves: Vec<half::f16> = bt.iter().map(|&x| half::f16::from_f32(x)).collect();
+                    let want: Vec<f32> = want.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect();
+                    // SAFETY: as above.
+                    unsafe { pack_bt(s, halves.as_ptr(), got.as_mut_ptr(), count, panels, nr, k) };
+                    assert_eq!(got, want, "f16, nr {nr}, k {k}, count {count}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pack_bt_transposes_on_every_isa() {
+        for isa in available_isas() {
+            match isa {
+                Isa::Scalar => packs_like_a_transposition::<crate::simd::scalar::Scalar>(),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => packs_like_a_transposition::<crate::simd::avx2::Avx2>(),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => packs_like_a_transposition::<crate::simd::avx512::Avx512>(),
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => packs_like_a_transposition::<crate::simd::neon::Neon>(),
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("{isa} is not an ISA of this architecture"),
+            }
+        }
     }
 }

@@ -436,6 +436,35 @@ fn nan_in_masked_out_keys_does_not_leak() {
     }
 }
 
+/// A NaN score and a larger score in the same lane of two vectors of one tile: the vector max
+/// that decides whether the row's max grows may lose the large score to the NaN (NEON's and
+/// the scalar path's `max` propagate NaN), and `exp` must still not see a positive argument.
+/// The row is NaN, on every ISA, without a panic (the scalar path once overflowed `2ⁿ`).
+#[test]
+fn nan_score_beside_a_larger_one_in_the_same_lane() {
+    let shape = AttentionShape {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        q_len: 1,
+        kv_len: 64,
+        head_dim: 1,
+        value_dim: 3,
+    };
+    let mut c = plain_case(shape, 4);
+    c.q = vec![1.0];
+    c.k = vec![0.5; 64];
+    c.k[0] = f32::NAN;
+    // Lane 0 of vector 1 for 1, 4, 8 and 16 lanes; huge, so that `exp` of it would overflow `2ⁿ`.
+    for j in [1, 4, 8, 16] {
+        c.k[j] = 3.0e38;
+    }
+    for k in all_kernels() {
+        let (out, _) = c.run(&k, &mut AttentionWorkspace::new());
+        assert!(out.iter().all(|v| v.is_nan()), "{}: {out:?}", k.isa());
+    }
+}
+
 /// A fully masked row follows the policy; a finite floor on a whole row averages V.
 #[test]
 fn fully_masked_rows_and_finite_floors() {

@@ -13,7 +13,7 @@
 use std::array;
 
 use super::{AttentionCall, AttentionShape};
-use crate::gemm::{pack_bt, rank_update, tile, MAX_MR, MAX_NR};
+use crate::gemm::{pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
 use crate::simd::Simd;
@@ -218,6 +218,14 @@ impl Block {
         let live_tiles = allowed.iter().max().map_or(0, |&a| a.div_ceil(nr));
         let score_tiles = if c.scores.is_null() { live_tiles } else { self.tiles };
 
+        // Without P, S, a mask or the running mean, scores only need the scale, and the tiles
+        // every row of the block sees whole (inside `Lk`, before padding and the causal
+        // diagonal) need no masking either.
+        let plain = c.prev.is_null() && c.scores.is_null() && c.mask.is_null() && c.mean_factor.is_none();
+        let whole_tiles = allowed.iter().min().map_or(0, |&a| a / nr);
+        // Keys past the last one any row sees weigh exactly 0: `p·V` stops there.
+        let last_key = allowed.iter().max().copied().unwrap_or(0);
+
         let mut max = [f32::NEG_INFINITY; MR];
         let mut sums = [s.splat(0.0); MR];
         // SAFETY: the block's output rows hold `MR·dv_pad` floats of workspace.
@@ -226,92 +234,65 @@ impl Block {
         for t in 0..score_tiles {
             let j0 = t * nr;
             // SAFETY: tile `t` of the packed keys holds `dk·nr` floats.
-            let mut z = unsafe { tile::<S, MR, NV>(s, &q_rows, self.kp.add(t * dk * nr), dk) };
-            let live = t < live_tiles;
-            for (r, zr) in z.iter_mut().enumerate() {
-                let i = row(r);
-                let at = (head_row + i) * kv_len + j0;
-                let mask_row = if c.mask.is_null() {
-                    std::ptr::null()
-                } else {
-                    // SAFETY: the strides were derived from the mask's validated shape.
-                    unsafe {
-                        c.mask
-                            .add(self.b * c.mask_batch_stride + self.h * c.mask_head_stride + i * kv_len + j0)
-                    }
-                };
-                for (v, zv) in zr.iter_mut().enumerate() {
-                    let jv = v * lanes;
-                    // Lanes inside `Lk`, and lanes this row may see.
-                    let in_range = kv_len.saturating_sub(j0 + jv).min(lanes);
-                    let seen = allowed[r].saturating_sub(j0 + jv).min(lanes);
-                    if in_range == 0 {
-                        // Past `Lk`: no score, no pointer (it could point past the buffers).
-                        *zv = neg_inf;
-                        continue;
-                    }
-                    // SAFETY: every access below covers `in_range` lanes from `at + jv`,
-                    // inside row `i` of the scores, `P` or the mask.
-                    unsafe {
-                        let load = |p: *const f32| {
-                            if in_range == lanes {
-                                s.load(p)
-                            } else {
-                                s.load_partial(p, in_range, 0.0)
-                            }
-                        };
-                        let store = |p: *mut f32, x: S::V| {
-                            if r < self.rows {
-                                if in_range == lanes {
-                                    s.store(p, x)
-                                } else {
-                                    s.store_partial(p, in_range, x)
-                                }
-                            }
-                        };
-                        let mut sv = if c.prev.is_null() {
-                            s.mul(*zv, s.splat(c.scale))
-                        } else {
-                            s.mul_add(*zv, s.splat(c.scale), load(c.prev.add(at + jv)))
-                        };
-                        if !c.scores.is_null() && !c.carry_masked {
-                            store(c.scores.add(at + jv), sv);
-                        }
-                        if !live && (c.scores.is_null() || !c.carry_masked) {
-                            continue;
-                        }
-                        if let Some(f) = c.mean_factor {
-                            sv = s.mul(sv, s.splat(f));
-                        }
-                        if !mask_row.is_null() {
-                            let m = load(mask_row.add(jv));
-                            sv = s.select(s.eq(m, neg_inf), neg_inf, s.add(sv, m));
-                        }
-                        if seen < lanes {
-                            sv = s.select(s.first_lanes(seen), sv, neg_inf);
-                        }
-                        if !c.scores.is_null() && c.carry_masked {
-                            store(c.scores.add(at + jv), sv);
-                        }
-                        *zv = sv;
+            let keys = unsafe { self.kp.add(t * dk * nr) };
+            let mut z;
+            if plain {
+                // In the last tile of a causal or padded block, only the vectors some row sees.
+                let vectors = (last_key - j0).div_ceil(lanes);
+                // SAFETY: as above.
+                z = unsafe { front_tile::<S, MR, NV>(s, &q_rows, keys, dk, vectors) };
+                let scale = s.splat(c.scale);
+                for zr in z.iter_mut() {
+                    for zv in zr.iter_mut() {
+                        *zv = s.mul(*zv, scale);
                     }
                 }
+                if t >= whole_tiles {
+                    // −∞ past each row's last key (padding, causality, `Lk`).
+                    for (r, zr) in z.iter_mut().enumerate() {
+                        for (v, zv) in zr.iter_mut().enumerate() {
+                            let seen = allowed[r].saturating_sub(j0 + v * lanes);
+                            if seen < lanes {
+                                *zv = s.select(s.first_lanes(seen), *zv, neg_inf);
+                            }
+                        }
+                    }
+                }
+            } else {
+                // SAFETY: as above.
+                z = unsafe { tile::<S, MR, NV>(s, &q_rows, keys, dk) };
+                // SAFETY: forwarded; tile `t` lies inside head `(b, h)`.
+                unsafe { self.scores(s, c, &mut z, t, &allowed, live_tiles) };
+                if t >= live_tiles {
+                    continue;
+                }
             }
-            if !live {
-                continue;
-            }
-            // Online softmax: new maxima, the tile's `exp(z − m)`, rescaled sums.
+            // Online softmax. A row's max (and the rescaling of its sum and output by
+            // `exp(m_old − m_new)`) changes only when a lane of the tile exceeds it, which is
+            // rare after the first tiles: the vector max of the tile is compared with it first,
+            // and the horizontal reduction and the `exp` of the factor run only then.
             let mut alpha = [s.splat(1.0); MR];
+            let zero = s.splat(0.0);
             for r in 0..MR {
-                let tile_max = z[r].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(s.reduce_max(v)));
-                let new_max = max[r].max(tile_max);
-                // While a row has seen only −∞, subtract 0 so that −∞ − m is not NaN.
-                let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
-                alpha[r] = exp_nonpositive(s, s.splat(max[r] - shift));
-                max[r] = new_max;
-                let mut sum = s.mul(sums[r], alpha[r]);
+                let mut tile_max = z[r][0];
+                for &zv in &z[r][1..] {
+                    tile_max = s.max(tile_max, zv);
+                }
+                if s.any(s.lt(s.splat(max[r]), tile_max)) {
+                    let new_max = max[r].max(s.reduce_max(tile_max));
+                    // While a row has seen only −∞, its shift is 0 so that −∞ − m is not NaN.
+                    let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+                    alpha[r] = exp_nonpositive(s, s.splat(max[r] - shift));
+                    sums[r] = s.mul(sums[r], alpha[r]);
+                    max[r] = new_max;
+                }
+                let shift = s.splat(if max[r] == f32::NEG_INFINITY { 0.0 } else { max[r] });
+                let mut sum = sums[r];
                 for (v, &zv) in z[r].iter().enumerate() {
-                    let p = exp_nonpositive(s, s.sub(zv, s.splat(shift)));
+                    // `z − m ≤ 0` except in a row with a NaN score, where a NaN lane may have
+                    // hidden a larger one from the vector max (NEON's max propagates NaN): the
+                    // `min` keeps `exp` in its domain there (the row's output is NaN anyway).
+                    let p = exp_nonpositive(s, s.min(s.sub(zv, shift), zero));
                     // SAFETY: the probability tile holds `MR·nr` floats.
                     unsafe { s.store(self.p_tile.add(r * nr + v * lanes), p) };
                     sum = s.add(sum, p);
@@ -327,6 +308,7 @@ impl Block {
                     self.o_acc,
                     &alpha,
                     nr,
+                    (last_key - j0).min(nr),
                     self.dv_pad,
                     dv,
                 )
@@ -363,12 +345,154 @@ impl Block {
     }
 }
 
-/// `o[r] = alpha[r]·o[r] + Σ_j p[r][j]·V[j]` for the `MR` rows of the block, one chunk of
-/// `NV` vectors of value columns at a time.
+impl Block {
+    /// The general score step of tile `t`: `z ← scale·z (+ P)`, stored to S when asked
+    /// (before or after the mask, by `carry_masked`), then the running mean, the mask, and
+    /// −∞ past each row's `allowed` keys. Tiles at or past `live_tiles` only store S.
+    ///
+    /// # Safety
+    /// As [`Block::run`]; tile `t` lies inside head `(b, h)`.
+    #[inline(always)]
+    unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
+        &self,
+        s: S,
+        c: &AttentionCall<E>,
+        z: &mut [[S::V; NV]; MR],
+        t: usize,
+        allowed: &[usize; MR],
+        live_tiles: usize,
+    ) {
+        let AttentionShape {
+            heads, q_len, kv_len, ..
+        } = c.shape;
+        let lanes = S::LANES;
+        let neg_inf = s.splat(f32::NEG_INFINITY);
+        let j0 = t * self.nr;
+        let live = t < live_tiles;
+        let head_row = (self.b * heads + self.h) * q_len;
+        for (r, zr) in z.iter_mut().enumerate() {
+            let i = self.i0 + r.min(self.rows - 1);
+            let at = (head_row + i) * kv_len + j0;
+            let mask_row = if c.mask.is_null() {
+                std::ptr::null()
+            } else {
+                // SAFETY: the strides were derived from the mask's validated shape.
+                unsafe {
+                    c.mask
+                        .add(self.b * c.mask_batch_stride + self.h * c.mask_head_stride + i * kv_len + j0)
+                }
+            };
+            for (v, zv) in zr.iter_mut().enumerate() {
+                let jv = v * lanes;
+                // Lanes inside `Lk`, and lanes this row may see.
+                let in_range = kv_len.saturating_sub(j0 + jv).min(lanes);
+                let seen = allowed[r].saturating_sub(j0 + jv).min(lanes);
+                if in_range == 0 {
+                    // Past `Lk`: no score, no pointer (it could point past the buffers).
+                    *zv = neg_inf;
+                    continue;
+                }
+                // SAFETY: every access below covers `in_range` lanes from `at + jv`,
+                // inside row `i` of the scores, `P` or the mask.
+                unsafe {
+                    let load = |p: *const f32| {
+                        if in_range == lanes {
+                            s.load(p)
+                        } else {
+                            s.load_partial(p, in_range, 0.0)
+                        }
+                    };
+                    let store = |p: *mut f32, x: S::V| {
+                        if r < self.rows {
+                            if in_range == lanes {
+                                s.store(p, x)
+                            } else {
+                                s.store_partial(p, in_range, x)
+                            }
+                        }
+                    };
+                    let mut sv = if c.prev.is_null() {
+                        s.mul(*zv, s.splat(c.scale))
+                    } else {
+                        s.mul_add(*zv, s.splat(c.scale), load(c.prev.add(at + jv)))
+                    };
+                    if !c.scores.is_null() && !c.carry_masked {
+                        store(c.scores.add(at + jv), sv);
+                    }
+                    if !live && (c.scores.is_null() || !c.carry_masked) {
+                        continue;
+                    }
+                    if let Some(f) = c.mean_factor {
+                        sv = s.mul(sv, s.splat(f));
+                    }
+                    if !mask_row.is_null() {
+                        let m = load(mask_row.add(jv));
+                        sv = s.select(s.eq(m, neg_inf), neg_inf, s.add(sv, m));
+                    }
+                    if seen < lanes {
+                        sv = s.select(s.first_lanes(seen), sv, neg_inf);
+                    }
+                    if !c.scores.is_null() && c.carry_masked {
+                        store(c.scores.add(at + jv), sv);
+                    }
+                    *zv = sv;
+                }
+            }
+        }
+    }
+}
+
+/// The tile of a packed key panel with only its first `vectors` column vectors computed
+/// (the others 0): the last tile a causal or padded block sees often needs one or two of
+/// them.
+///
+/// # Safety
+/// As [`tile`].
+#[inline(always)]
+unsafe fn front_tile<S: Simd, const MR: usize, const NV: usize>(
+    s: S,
+    q: &[*const f32; MR],
+    keys: *const f32,
+    dk: usize,
+    vectors: usize,
+) -> [[S::V; NV]; MR] {
+    /// The first `W < NV` vectors, or the whole tile when `W ≥ NV`.
+    #[inline(always)]
+    unsafe fn front<S: Simd, const MR: usize, const NV: usize, const W: usize>(
+        s: S,
+        q: &[*const f32; MR],
+        keys: *const f32,
+        dk: usize,
+    ) -> [[S::V; NV]; MR] {
+        if W >= NV {
+            // SAFETY: forwarded.
+            return unsafe { tile::<S, MR, NV>(s, q, keys, dk) };
+        }
+        // SAFETY: forwarded; `W·LANES < NV·LANES`, the panel's row stride.
+        let part = unsafe { tile_cols::<S, MR, W>(s, q, keys, dk, NV * S::LANES) };
+        let mut z = [[s.splat(0.0); NV]; MR];
+        for (zr, pr) in z.iter_mut().zip(&part) {
+            zr[..W].copy_from_slice(pr);
+        }
+        z
+    }
+    // SAFETY (all arms): forwarded.
+    unsafe {
+        match vectors {
+            1 => front::<S, MR, NV, 1>(s, q, keys, dk),
+            2 => front::<S, MR, NV, 2>(s, q, keys, dk),
+            3 => front::<S, MR, NV, 3>(s, q, keys, dk),
+            _ => tile::<S, MR, NV>(s, q, keys, dk),
+        }
+    }
+}
+
+/// `o[r] = alpha[r]·o[r] + Σ_{j < keys} p[r][j]·V[j]` for the `MR` rows of the block, one
+/// chunk of `NV` vectors of value columns at a time.
 ///
 /// # Safety
 /// `p` holds `MR·nr` floats, `vp` holds `nr` rows of `dv_pad`, `o` holds `MR` rows of
-/// `dv_pad`; `dv ≤ dv_pad`, and `dv_pad` is a multiple of `NV·LANES`.
+/// `dv_pad`; `keys ≤ nr`, `dv ≤ dv_pad`, and `dv_pad` is a multiple of `NV·LANES`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
@@ -378,13 +502,14 @@ unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
     o: *mut f32,
     alpha: &[S::V; MR],
     nr: usize,
+    keys: usize,
     dv_pad: usize,
     dv: usize,
 ) {
     let mut c0 = 0;
     while c0 < dv {
         // SAFETY: columns `c0..c0 + NV·LANES ≤ dv_pad` of the rows named in the contract.
-        unsafe { rank_update::<S, MR, NV>(s, p, nr, nr, vp.add(c0), dv_pad, o.add(c0), dv_pad, alpha) };
+        unsafe { rank_update::<S, MR, NV>(s, p, nr, keys, vp.add(c0), dv_pad, o.add(c0), dv_pad, alpha) };
         c0 += NV * S::LANES;
     }
 }

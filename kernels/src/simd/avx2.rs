@@ -245,4 +245,33 @@ impl Simd for Avx2 {
         // SAFETY: see the impl.
         unsafe { _mm256_castsi256_ps(tail_mask(n)) }
     }
+    #[inline(always)]
+    unsafe fn transpose(self, src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+        // SAFETY: the rows read and written are those of the contract.
+        unsafe {
+            // Loops, not `array::from_fn`: an outlined closure loses the target features.
+            let mut a = [_mm256_setzero_ps(); 8];
+            for (r, x) in a.iter_mut().enumerate() {
+                *x = _mm256_loadu_ps(src.add(r * lds));
+            }
+            // As on AVX-512: `u[4q + c]` holds, in its 128-bit lane `l`, column `4l + c` of
+            // rows `4q..4q + 4`; output row `4l + c` pairs lane `l` of `u[c]` and `u[4 + c]`.
+            let mut t = [_mm256_setzero_ps(); 8];
+            for m in 0..4 {
+                t[2 * m] = _mm256_unpacklo_ps(a[2 * m], a[2 * m + 1]);
+                t[2 * m + 1] = _mm256_unpackhi_ps(a[2 * m], a[2 * m + 1]);
+            }
+            let mut u = [_mm256_setzero_ps(); 8];
+            for q in 0..2 {
+                u[4 * q] = _mm256_shuffle_ps::<0x44>(t[4 * q], t[4 * q + 2]);
+                u[4 * q + 1] = _mm256_shuffle_ps::<0xee>(t[4 * q], t[4 * q + 2]);
+                u[4 * q + 2] = _mm256_shuffle_ps::<0x44>(t[4 * q + 1], t[4 * q + 3]);
+                u[4 * q + 3] = _mm256_shuffle_ps::<0xee>(t[4 * q + 1], t[4 * q + 3]);
+            }
+            for c in 0..4 {
+                _mm256_storeu_ps(dst.add(c * ldd), _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]));
+                _mm256_storeu_ps(dst.add((4 + c) * ldd), _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]));
+            }
+        }
+    }
 }

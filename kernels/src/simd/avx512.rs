@@ -246,4 +246,41 @@ impl Simd for Avx512 {
     fn first_lanes(self, n: usize) -> __mmask16 {
         tail_mask(n)
     }
+    #[inline(always)]
+    unsafe fn transpose(self, src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+        // SAFETY: the rows read and written are those of the contract.
+        unsafe {
+            // Loops, not `array::from_fn`: an outlined closure loses the target features.
+            let mut a = [_mm512_setzero_ps(); 16];
+            for (r, x) in a.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(src.add(r * lds));
+            }
+            // Pairs of rows interleaved, then groups of four: `u[4q + c]` holds, in its
+            // 128-bit lane `l`, column `4l + c` of rows `4q..4q + 4`.
+            let mut t = [_mm512_setzero_ps(); 16];
+            for m in 0..8 {
+                t[2 * m] = _mm512_unpacklo_ps(a[2 * m], a[2 * m + 1]);
+                t[2 * m + 1] = _mm512_unpackhi_ps(a[2 * m], a[2 * m + 1]);
+            }
+            let mut u = [_mm512_setzero_ps(); 16];
+            for q in 0..4 {
+                u[4 * q] = _mm512_shuffle_ps::<0x44>(t[4 * q], t[4 * q + 2]);
+                u[4 * q + 1] = _mm512_shuffle_ps::<0xee>(t[4 * q], t[4 * q + 2]);
+                u[4 * q + 2] = _mm512_shuffle_ps::<0x44>(t[4 * q + 1], t[4 * q + 3]);
+                u[4 * q + 3] = _mm512_shuffle_ps::<0xee>(t[4 * q + 1], t[4 * q + 3]);
+            }
+            // Output row `4l + c` is lane `l` of `u[c], u[4 + c], u[8 + c], u[12 + c]`: a
+            // 4 × 4 transpose of 128-bit lanes.
+            for c in 0..4 {
+                let v0 = _mm512_shuffle_f32x4::<0x44>(u[c], u[4 + c]);
+                let v1 = _mm512_shuffle_f32x4::<0xee>(u[c], u[4 + c]);
+                let v2 = _mm512_shuffle_f32x4::<0x44>(u[8 + c], u[12 + c]);
+                let v3 = _mm512_shuffle_f32x4::<0xee>(u[8 + c], u[12 + c]);
+                _mm512_storeu_ps(dst.add(c * ldd), _mm512_shuffle_f32x4::<0x88>(v0, v2));
+                _mm512_storeu_ps(dst.add((4 + c) * ldd), _mm512_shuffle_f32x4::<0xdd>(v0, v2));
+                _mm512_storeu_ps(dst.add((8 + c) * ldd), _mm512_shuffle_f32x4::<0x88>(v1, v3));
+                _mm512_storeu_ps(dst.add((12 + c) * ldd), _mm512_shuffle_f32x4::<0xdd>(v1, v3));
+            }
+        }
+    }
 }

@@ -192,6 +192,23 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn any(self, m: Self::M) -> bool;
     /// The lanes with index `< n` (for `n ≤ LANES`).
     fn first_lanes(self, n: usize) -> Self::M;
+
+    /// Transposes a `LANES × LANES` block: `dst[c·ldd + r] = src[r·lds + c]`. Packing keys for
+    /// `Q·Kᵀ` is this; element by element it cost attention 5–7% on AVX-512. The default
+    /// moves one float at a time; x86 shuffles in registers.
+    ///
+    /// # Safety
+    /// `src` covers `LANES` rows of `LANES` floats at stride `lds`, `dst` covers `LANES` rows
+    /// of `LANES` floats at stride `ldd`, and the two do not overlap.
+    #[inline(always)]
+    unsafe fn transpose(self, src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+        for r in 0..Self::LANES {
+            for c in 0..Self::LANES {
+                // SAFETY: inside both blocks (the contract).
+                unsafe { *dst.add(c * ldd + r) = *src.add(r * lds + c) };
+            }
+        }
+    }
 }
 
 /// The widest vector of any ISA, in f32 lanes.
