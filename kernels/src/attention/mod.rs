@@ -69,8 +69,9 @@
 //!
 //! FlashAttention-style, one pass over the keys per block of query rows:
 //!
-//! 1. per `(b, kv head)`, K is packed into key tiles laid out `[d][key]` and V into rows
-//!    padded to whole vectors (zeros past `key_lengths[b]`), in the workspace;
+//! 1. per `(b, kv head)`, K is packed into key tiles laid out `[d][key]` (f32 keys through
+//!    in-register `LANES × LANES` transposes) and V into rows padded to whole vectors (zeros
+//!    past `key_lengths[b]`), in the workspace;
 //! 2. per query head in the group and block of `MR` query rows, for each tile of `NR` keys:
 //!    a register-blocked micro-kernel computes the `MR × NR` score tile of `Q·Kᵀ`
 //!    (`MR × NR/LANES` accumulators, one broadcast of `Q` per FMA row); scale, `P`, `ℓ`, the
@@ -82,7 +83,17 @@
 //!
 //! Nothing of size `Lq × Lk` touches memory unless `P` or the scores are asked for. Key tiles
 //! past the last key any row of the block may see (padding, causality) are skipped, not
-//! masked, unless the scores output needs them.
+//! masked, unless the scores output needs them; in the last tile a block sees, `Q·Kᵀ` computes
+//! only the vectors of keys some row sees and `p·V` stops at the last such key.
+//!
+//! What keeps the FMA units busy (measured on AMD Zen 5, AVX-512, `Dk = Dv = 64`, about
+//! three quarters of the FMA peak): the two micro-kernels do `MR·NR/LANES` FMAs per
+//! `NR/LANES` loads and `MR` broadcasts; the per-tile softmax work is one `exp` per score,
+//! while a row's max, and with it the horizontal reduction, the `exp(m_old − m_new)` and the
+//! rescaling of its sum, changes only when a lane of the tile exceeds it (a vector compare
+//! first), which is rare after a row's first tiles. Without `P`, `S`, a mask or the running
+//! mean, tiles every row sees whole only take the scale. Packing K one float at a time cost
+//! 5–7% at `L = 512` (LLVM turned it into scatters); the transposes made it negligible.
 
 mod flash;
 
