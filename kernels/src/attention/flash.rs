@@ -179,14 +179,11 @@ impl Block {
         let lanes = S::LANES;
         let nr = self.nr;
         let neg_inf = s.splat(f32::NEG_INFINITY);
-        // Rows past the end of Q repeat the last row: the micro-kernels always run `MR` rows,
-        // and nothing of the extra rows is written out.
-        let row = |r: usize| self.i0 + r.min(self.rows - 1);
         let head_row = (self.b * heads + self.h) * q_len;
-        // SAFETY: `row(r) < Lq`, so each pointer is a row of Q of head `(b, h)`.
+        // SAFETY: `self.row(r) < Lq`, so each pointer is a row of Q of head `(b, h)`.
         let q_rows: [*const f32; MR] = if E::IS_F32 {
             // f32 queries are read in place.
-            array::from_fn(|r| unsafe { c.q.add((head_row + row(r)) * dk).cast::<f32>() })
+            array::from_fn(|r| unsafe { c.q.add((head_row + self.row(r)) * dk).cast::<f32>() })
         } else {
             // Other storage: widen the block's rows once (`rows·Dk`, against `Lk·Dk` FMAs per
             // row), repeated rows pointing at the last.
@@ -208,7 +205,7 @@ impl Block {
         // Keys row `r` may see: `allowed[r]` is one past the last (padding, causality, Lk).
         let allowed: [usize; MR] = array::from_fn(|r| {
             let limit = if c.causal {
-                (row(r) + kv_len).saturating_sub(q_len - 1).min(kv_len)
+                (self.row(r) + kv_len).saturating_sub(q_len - 1).min(kv_len)
             } else {
                 kv_len
             };
@@ -317,7 +314,7 @@ impl Block {
 
         // Normalize and write the block's rows of O.
         for r in 0..self.rows {
-            let i = row(r);
+            let i = self.row(r);
             // SAFETY: row `i` of O of head `(b, h)` holds `dv` floats; the output row in the
             // workspace `dv_pad ≥ dv`.
             let out = unsafe { std::slice::from_raw_parts_mut(c.out.add((head_row + i) * dv), dv) };
@@ -346,6 +343,14 @@ impl Block {
 }
 
 impl Block {
+    /// The query row that micro-kernel row `r` computes. Rows past the end of Q repeat the
+    /// last row: the micro-kernels always run `MR` rows, and nothing of the extra rows is
+    /// written out.
+    #[inline(always)]
+    fn row(&self, r: usize) -> usize {
+        self.i0 + r.min(self.rows - 1)
+    }
+
     /// The general score step of tile `t`: `z ← scale·z (+ P)`, stored to S when asked
     /// (before or after the mask, by `carry_masked`), then the running mean, the mask, and
     /// −∞ past each row's `allowed` keys. Tiles at or past `live_tiles` only store S.
@@ -371,7 +376,7 @@ impl Block {
         let live = t < live_tiles;
         let head_row = (self.b * heads + self.h) * q_len;
         for (r, zr) in z.iter_mut().enumerate() {
-            let i = self.i0 + r.min(self.rows - 1);
+            let i = self.row(r);
             let at = (head_row + i) * kv_len + j0;
             let mask_row = if c.mask.is_null() {
                 std::ptr::null()
