@@ -95,11 +95,14 @@ pub(crate) fn packed_len(k: usize, n: usize, nr: usize) -> usize {
 }
 
 /// Packs row-major `b[k, n]` (row stride `ldb`) into panels `[panel][k][nr]`, zero past `n`.
+/// Whole panels are copied a vector at a time (a `memcpy` call per row of 64 floats made
+/// packing the GAU's weights take twice as long).
 ///
 /// # Safety
 /// `b` covers `k` rows of `ldb ≥ n` floats (the last row `n`); `dst` holds
-/// `packed_len(k, n, nr)` floats.
-pub(crate) unsafe fn pack_b(b: *const f32, ldb: usize, k: usize, n: usize, nr: usize, dst: *mut f32) {
+/// `packed_len(k, n, nr)` floats; `nr` is a multiple of `LANES`.
+#[inline(always)]
+pub(crate) unsafe fn pack_b<S: Simd>(s: S, b: *const f32, ldb: usize, k: usize, n: usize, nr: usize, dst: *mut f32) {
     for p in 0..n.div_ceil(nr) {
         let c0 = p * nr;
         let width = nr.min(n - c0);
@@ -107,9 +110,16 @@ pub(crate) unsafe fn pack_b(b: *const f32, ldb: usize, k: usize, n: usize, nr: u
             // SAFETY: row `kk` of `b` has `n ≥ c0 + width` columns; panel `p` row `kk` is in
             // `dst`.
             unsafe {
-                let out = std::slice::from_raw_parts_mut(dst.add((p * k + kk) * nr), nr);
-                out[..width].copy_from_slice(std::slice::from_raw_parts(b.add(kk * ldb + c0), width));
-                out[width..].fill(0.0);
+                let (from, to) = (b.add(kk * ldb + c0), dst.add((p * k + kk) * nr));
+                if width == nr {
+                    for v in (0..nr).step_by(S::LANES) {
+                        s.store(to.add(v), s.load(from.add(v)));
+                    }
+                } else {
+                    let out = std::slice::from_raw_parts_mut(to, nr);
+                    out[..width].copy_from_slice(std::slice::from_raw_parts(from, width));
+                    out[width..].fill(0.0);
+                }
             }
         }
     }

@@ -189,8 +189,8 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
     let e_pad = (e.div_ceil(nr) + 1) * nr;
     // SAFETY: the weights have the validated shapes; the packed regions are large enough.
     unsafe {
-        pack_b(c.w_in, w, d, w, nr, w_in_p);
-        pack_b(c.w_out, d, e, d, nr, w_out_p);
+        pack_b(s, c.w_in, w, d, w, nr, w_in_p);
+        pack_b(s, c.w_out, d, e, d, nr, w_out_p);
     }
     for b in 0..batch {
         // SAFETY: `key_lengths` has `B` entries when present.
