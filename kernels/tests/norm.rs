@@ -603,6 +603,125 @@ fn hard_rows() {
     }
 }
 
+/// A kernel called on one row: `(x, r, y)`.
+type RowCall<'a> = dyn Fn(&[f32], &[f32], &mut [f32]) + 'a;
+
+/// Bitwise equality, NaN matching NaN.
+fn same_bits_f32(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
+}
+
+/// Calls of long rows with parameters (`d ≥ 4096`, at least 2¹⁸ elements) go through the row
+/// loop by pairs. Every form, on every ISA, with an odd number of rows and rows taking the f64
+/// path (a NaN, an f32 overflow) inside pairs: within the bound of the oracle, and bit for bit
+/// what the same rows give one at a time (a call of one row never pairs).
+#[test]
+fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
+    let mut g = Normal(0x2545_f491_4f6c_dd1d);
+    for (d, rows) in [(4096usize, 64usize), (4100, 65)] {
+        let n = d * rows;
+        let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
+        x[5 * d + 17] = f32::NAN;
+        for j in 0..d {
+            x[6 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
+        }
+        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
+        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
+        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        let by_row = |f: &RowCall| -> Vec<f32> {
+            let mut y = vec![0.0; n];
+            for row in 0..rows {
+                let at = row * d..(row + 1) * d;
+                f(&x[at.clone()], &r[at.clone()], &mut y[at]);
+            }
+            y
+        };
+        for k in all_kernels() {
+            for (gm, bt) in [(true, true), (true, false), (false, true)] {
+                let opts = LayerNormOptions {
+                    gamma: gm.then_some(&gamma[..]),
+                    beta: bt.then_some(&beta[..]),
+                    eps: 1e-5,
+                };
+                let single = by_row(&|x, _, y| k.layer_norm(x, y, d, &opts).unwrap());
+                for mode in 0..3 {
+                    let c = LnCase {
+                        x: x.clone(),
+                        d,
+                        gamma: opts.gamma.map(<[f32]>::to_vec),
+                        beta: opts.beta.map(<[f32]>::to_vec),
+                        eps: opts.eps,
+                        offset: 3,
+                        mode,
+                    };
+                    let (y, stats) = run_layer_norm(&k, &c);
+                    check_ln(&k, "layer_norm pairs", &x, d, &opts, &y, stats.as_ref()).unwrap();
+                    assert!(same_bits_f32(&y, &single), "{} layer_norm mode {mode} d {d}", k.isa());
+                }
+                let residual = Residual {
+                    alpha: 0.75,
+                    bias: Some(&bias),
+                };
+                let h = reference::residual(&x, &r, Some(&bias), 0.75, d);
+                let single = by_row(&|x, r, y| k.add_layer_norm(x, r, y, None, d, &residual, &opts).unwrap());
+                for mode in 0..4 {
+                    let c = AddCase {
+                        x: x.clone(),
+                        r: r.clone(),
+                        bias: Some(bias.clone()),
+                        alpha: 0.75,
+                        d,
+                        gamma: opts.gamma.map(<[f32]>::to_vec),
+                        beta: opts.beta.map(<[f32]>::to_vec),
+                        eps: opts.eps,
+                        mode,
+                    };
+                    let (y, got_h, stats) = run_add(&k, &c, false);
+                    if let Some(got_h) = &got_h {
+                        check_h(&k, &h, got_h).unwrap();
+                    }
+                    check_ln(&k, "add_layer_norm pairs", &h, d, &opts, &y, stats.as_ref()).unwrap();
+                    assert!(
+                        same_bits_f32(&y, &single),
+                        "{} add_layer_norm mode {mode} d {d}",
+                        k.isa()
+                    );
+                }
+            }
+            let rn = RmsNormOptions {
+                gain: Some(&gamma),
+                eps: 1e-6,
+            };
+            let mut y = vec![0.0; n];
+            k.rms_norm(&x, &mut y, d, &rn).unwrap();
+            reference::check_rms_norm(&x, d, Some(&gamma), 1e-6, &y).unwrap();
+            let single = by_row(&|x, _, y| k.rms_norm(x, y, d, &rn).unwrap());
+            assert!(same_bits_f32(&y, &single), "{} rms_norm d {d}", k.isa());
+            let opts = LayerNormOptions {
+                gamma: Some(&gamma),
+                beta: Some(&beta),
+                eps: 1e-5,
+            };
+            let halves: Vec<half::f16> = narrow(&x);
+            let mut y16 = vec![half::f16::ZERO; n];
+            k.layer_norm(&halves, &mut y16, d, &opts).unwrap();
+            let mut one = vec![half::f16::ZERO; d];
+            for row in 0..rows {
+                k.layer_norm(&halves[row * d..(row + 1) * d], &mut one, d, &opts)
+                    .unwrap();
+                assert!(
+                    same_bits_f32(&wide(&one), &wide(&y16[row * d..(row + 1) * d])),
+                    "{} f16 layer_norm row {row} d {d}",
+                    k.isa()
+                );
+            }
+        }
+    }
+}
+
 /// A constant row of 1234.0 (d = 256) gives `y = β` exactly, whatever `γ`, on every form.
 #[test]
 fn constant_row_gives_beta() {
