@@ -1,7 +1,8 @@
 //! Criterion benches of the GAU at B = 1, (d, e, s) = (512, 1024, 128), T ∈ {256, 1024}, causal
 //! and not: one group per vector ISA of this CPU (`gau/{isa}`), and `gau/composed` with the
 //! unfused composition on the gemm crate around the swish of the best ISA
-//! (`benches::report::gau::GauComposition`). The scalar path (≈ 1 GFLOP/s, about a second a
+//! (`benches::report::gau::GauComposition`), and `gau/{isa}-packed` with the weights packed
+//! once ([`Kernels::gau_packed`]). The scalar path (≈ 1 GFLOP/s, about a second a
 //! call) is left out: the report times it once.
 //!
 //! Throughput is in elements = FLOPs, `2·T·d·(2e+s) + 2·T²·s + 2·T²·e + 2·T·e·d` per call (causal
@@ -22,6 +23,7 @@ const LENS: [usize; 2] = [256, 1024];
 #[derive(Clone, Copy)]
 enum Impl {
     Fused(Kernels),
+    Packed(Kernels),
     Composed(Kernels),
 }
 
@@ -43,6 +45,10 @@ fn group(c: &mut Criterion, name: &str, imp: Impl) {
                 ..GauOptions::default()
             };
             let mut workspace = GauWorkspace::new();
+            let packed = match imp {
+                Impl::Packed(k) => Some(k.pack_gau_weights(&shape, &w).expect("weights of a valid shape")),
+                _ => None,
+            };
             let mut composition = GauComposition::new(&shape, causal);
             g.throughput(Throughput::Elements(flops(len, causal).1 as u64));
             let id = BenchmarkId::new(if causal { "causal" } else { "dense" }, len);
@@ -52,6 +58,16 @@ fn group(c: &mut Criterion, name: &str, imp: Impl) {
                     match imp {
                         Impl::Fused(k) => k
                             .gau(&shape, black_box(&x), &w, &opts, &mut out, &mut workspace)
+                            .expect("gau of a valid shape"),
+                        Impl::Packed(k) => k
+                            .gau_packed(
+                                &shape,
+                                black_box(&x),
+                                packed.as_ref().expect("packed above"),
+                                &opts,
+                                &mut out,
+                                &mut workspace,
+                            )
                             .expect("gau of a valid shape"),
                         Impl::Composed(k) => composition
                             .run(k, black_box(&x), &w, &mut out)
@@ -71,7 +87,10 @@ fn gau(c: &mut Criterion) {
             continue;
         }
         match Kernels::for_isa(isa) {
-            Ok(k) => group(c, isa.name(), Impl::Fused(k)),
+            Ok(k) => {
+                group(c, isa.name(), Impl::Fused(k));
+                group(c, &format!("{}-packed", isa.name()), Impl::Packed(k));
+            }
             Err(e) => eprintln!("gau benches: skipping {isa}: {e}"),
         }
     }

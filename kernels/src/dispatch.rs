@@ -17,6 +17,10 @@ use half::{bf16, f16};
 /// The entry points of one ISA. Every function requires its ISA to be supported.
 pub(crate) struct Table {
     pub isa: Isa,
+    /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile.
+    pub pack_panels: unsafe fn(*const f32, usize, usize, usize, *mut f32),
+    /// Columns of one of those panels.
+    pub panel: usize,
     pub f32: Entries<f32>,
     pub f16: Entries<f16>,
     pub bf16: Entries<bf16>,
@@ -113,6 +117,12 @@ macro_rules! isa_table {
                 unsafe { crate::norm::batch_norm_call(token(), call) }
             }
 
+            $(#[target_feature(enable = $features)])?
+            unsafe fn pack_panels(b: *const f32, ldb: usize, k: usize, n: usize, dst: *mut f32) {
+                // SAFETY: reached only through a `Kernels` of this ISA, with checked slices.
+                unsafe { crate::gemm::Tile::pack_panels(token(), b, ldb, k, n, dst) }
+            }
+
             const fn entries<E: Element>() -> Entries<E> {
                 Entries {
                     exp: exp::<E>,
@@ -130,6 +140,8 @@ macro_rules! isa_table {
 
             pub(crate) static TABLE: Table = Table {
                 isa: $isa,
+                pack_panels,
+                panel: <S as crate::gemm::Tile>::NR,
                 f32: entries::<f32>(),
                 f16: entries::<f16>(),
                 bf16: entries::<bf16>(),
@@ -228,6 +240,20 @@ impl Kernels {
     /// The ISA these kernels run on.
     pub fn isa(&self) -> Isa {
         self.table.isa
+    }
+
+    /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile, into
+    /// `dst`, which it resizes to their length.
+    pub(crate) fn pack_panels(&self, b: &[f32], ldb: usize, k: usize, n: usize, dst: &mut Vec<f32>) {
+        assert!(
+            ldb >= n && (k == 0 || n == 0 || (k - 1) * ldb + n <= b.len()),
+            "pack_panels: B too short"
+        );
+        dst.clear();
+        dst.resize(crate::gemm::packed_len(k, n, self.table.panel), 0.0);
+        // SAFETY: the table's ISA was checked when `self` was made; `b` covers `k` rows of
+        // `ldb ≥ n` floats (asserted); `dst` holds `packed_len` floats.
+        unsafe { (self.table.pack_panels)(b.as_ptr(), ldb, k, n, dst.as_mut_ptr()) }
     }
 
     /// The entry points for tensors stored as `E`.

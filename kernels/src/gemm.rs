@@ -34,6 +34,13 @@ pub(crate) const MAX_NR: usize = 64;
 /// `NV` loaded vectors and one broadcast, sized to the register file. Every kernel built on
 /// the micro-kernel has a method here, instantiated with the ISA's tile.
 pub(crate) trait Tile: Simd {
+    /// Columns of a packed panel of `B`: `NV·LANES`.
+    const NR: usize;
+    /// Packs `B[k, n]` into panels of [`Tile::NR`] columns, as [`pack_b`].
+    ///
+    /// # Safety
+    /// As [`pack_b`] with `nr = NR`.
+    unsafe fn pack_panels(self, b: *const f32, ldb: usize, k: usize, n: usize, dst: *mut f32);
     /// # Safety
     /// As [`crate::attention::run`].
     unsafe fn attention<E: Element>(self, call: &crate::attention::AttentionCall<E>);
@@ -46,6 +53,12 @@ macro_rules! tile {
     ($simd:ty, $mr:literal, $nv:literal, $why:literal) => {
         #[doc = $why]
         impl Tile for $simd {
+            const NR: usize = $nv * <$simd as Simd>::LANES;
+            #[inline(always)]
+            unsafe fn pack_panels(self, b: *const f32, ldb: usize, k: usize, n: usize, dst: *mut f32) {
+                // SAFETY: forwarded from the caller.
+                unsafe { pack_b(self, b, ldb, k, n, Self::NR, dst) }
+            }
             #[inline(always)]
             unsafe fn attention<E: Element>(self, call: &crate::attention::AttentionCall<E>) {
                 // SAFETY: forwarded from the caller.

@@ -49,7 +49,9 @@ pub use attention::{AdditiveMask, AttentionOptions, AttentionShape, AttentionWor
 pub use dispatch::Kernels;
 pub use element::Element;
 pub use error::Error;
-pub use gau::{GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, Rope, ScoreScale};
+pub use gau::{
+    GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, PackedGauWeights, Rope, ScoreScale,
+};
 /// The `half` crate, whose [`f16`](half::f16) and [`bf16`](half::bf16) are the half storage
 /// types every kernel accepts.
 pub use half;

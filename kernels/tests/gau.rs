@@ -214,7 +214,66 @@ proptest! {
         for k in all_kernels() {
             let out = c.run(&k, &mut ws);
             c.check(&k, &out)?;
+            // Prepacked weights: the same arithmetic, the same bits.
+            let packed = k.pack_gau_weights(&c.shape, &c.weights()).unwrap();
+            let mut again = vec![f32::NAN; out.len()];
+            k.gau_packed(&c.shape, &c.x, &packed, &c.opts(), &mut again, &mut ws).unwrap();
+            prop_assert!(out.iter().zip(&again).all(|(a, b)| same(*a, *b)), "isa {}: packed weights differ", k.isa());
         }
+    }
+}
+
+/// Prepacked weights with half storage give the bits of unpacked ones; they are refused by the
+/// kernels of another ISA and for another shape, and packing checks the weights as `gau` does.
+#[test]
+fn packed_weights_in_half_storage_and_their_errors() {
+    let shape = GauShape {
+        batch: 2,
+        seq_len: 70,
+        dim: 40,
+        expand: 72,
+        qk_dim: 24,
+    };
+    let c = Case::new(shape, 5);
+    let n = 2 * 70 * 40;
+    let kernels = all_kernels();
+    let mut ws = GauWorkspace::new();
+    for k in &kernels {
+        let packed = k.pack_gau_weights(&shape, &c.weights()).unwrap();
+        assert_eq!(packed.isa(), k.isa());
+        let (xh, _) = to_half::<f16>(&c.x);
+        let (mut a, mut b) = (vec![f16::ZERO; n], vec![f16::ONE; n]);
+        k.gau(&shape, &xh, &c.weights(), &c.opts(), &mut a, &mut ws).unwrap();
+        k.gau_packed(&shape, &xh, &packed, &c.opts(), &mut b, &mut ws).unwrap();
+        assert!(
+            a.iter().zip(&b).all(|(a, b)| same(a.to_f32(), b.to_f32())),
+            "isa {}",
+            k.isa()
+        );
+
+        let other = GauShape { dim: 41, ..shape };
+        let mut out = vec![0.0f32; 2 * 70 * 41];
+        let err = k
+            .gau_packed(&other, &vec![0.0; 2 * 70 * 41], &packed, &c.opts(), &mut out, &mut ws)
+            .unwrap_err();
+        assert_eq!(err.arg(), Some("weights"), "{err}");
+        assert!(err.to_string().contains("(40, 72, 24)"), "{err}");
+        for k2 in kernels.iter().filter(|k2| k2.isa() != k.isa()) {
+            let mut out = vec![0.0f32; n];
+            let err = k2
+                .gau_packed(&shape, &c.x, &packed, &c.opts(), &mut out, &mut ws)
+                .unwrap_err();
+            assert_eq!(err.arg(), Some("weights"), "{err}");
+            assert!(err.to_string().contains(&format!("packed for {}", k.isa())), "{err}");
+        }
+        let mut w = c.weights();
+        w.w_out = &c.w_out[1..];
+        assert_eq!(k.pack_gau_weights(&shape, &w).unwrap_err().arg(), Some("weights.w_out"));
+        let mut out = vec![0.0f32; n];
+        let err = k
+            .gau_packed(&shape, &c.x[1..], &packed, &c.opts(), &mut out, &mut ws)
+            .unwrap_err();
+        assert_eq!(err.arg(), Some("x"));
     }
 }
 

@@ -2,7 +2,9 @@
 //! (256, 512, 1024, 128) and (1024, 512, 1024, 128) (`--quick`: T = 256), causal and not,
 //! with the paper's options (c = 1/√s, l = T, biases on both projections).
 //!
-//! Each case times, interleaved over the same buffers: the kernel of every printed vector ISA;
+//! Each case times, interleaved over the same buffers: the kernel of every printed vector ISA,
+//! and the same with its weights packed once before the timing ([`Kernels::gau_packed`], the
+//! `gau_packed` rows, checked bit for bit against the kernel);
 //! the unfused composition on the gemm crate ([`GauComposition`], with the swish of the same
 //! ISA; the `xgemm` column); and the FMA peak of each ISA ([`Rule::Fma`](super::Rule::Fma)).
 //! The scalar path (≈ 1 GFLOP/s) runs one timed call at T = 256 without the causal mask, full
@@ -22,7 +24,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels};
+use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels, PackedGauWeights};
 
 use super::case::{fma_call_flops, fma_ratio, Case, Context, Custom};
 use super::output::Row;
@@ -293,6 +295,8 @@ impl GauComposition {
 enum Contender {
     /// The kernel of `ctx.kernels[i]`.
     Kernel(usize),
+    /// The same with its weights packed before the timing ([`Kernels::gau_packed`]).
+    Packed(usize),
     /// The composition with the swish of `ctx.kernels[i]`.
     Composed(usize),
     /// The FMA-peak loop of an ISA.
@@ -354,18 +358,39 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
         if i == scalar || !printed(i) {
             continue;
         }
-        contenders.extend([Contender::Kernel(i), Contender::Composed(i), Contender::Fma(k.isa())]);
+        contenders.extend([
+            Contender::Kernel(i),
+            Contender::Packed(i),
+            Contender::Composed(i),
+            Contender::Fma(k.isa()),
+        ]);
     }
     if time_scalar {
         contenders.push(Contender::Fma(Isa::Scalar));
     }
 
+    let packed: Vec<Option<PackedGauWeights>> = ctx
+        .kernels
+        .iter()
+        .map(|k| {
+            (k.isa() != Isa::Scalar)
+                .then(|| k.pack_gau_weights(&shape, &w))
+                .transpose()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(format!("packing the weights: {e}")))?;
     let mut run = |c: Contender, out: &mut [f32]| -> Result<(), String> {
         let x = black_box(&x[..]);
         match c {
             Contender::Kernel(i) => ctx.kernels[i]
                 .gau(&shape, x, &w, &opts, out, &mut workspaces[i])
                 .map_err(|e| e.to_string())?,
+            Contender::Packed(i) => {
+                let p = packed[i].as_ref().ok_or("no packed weights for the scalar path")?;
+                ctx.kernels[i]
+                    .gau_packed(&shape, x, p, &opts, out, &mut workspaces[i])
+                    .map_err(|e| e.to_string())?
+            }
             Contender::Composed(i) => composition.run(ctx.kernels[i], x, &w, out).map_err(|e| e.to_string())?,
             Contender::Fma(isa) => {
                 black_box(roofline::fma_peak(isa, black_box(FMA_ITERS)));
@@ -397,6 +422,19 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
             Contender::Kernel(i) => {
                 checked[c] = check(&out);
                 kernel_out[i] = Some(out.clone());
+            }
+            Contender::Packed(i) => {
+                let same = kernel_out[i].as_ref().is_some_and(|k| {
+                    k.iter()
+                        .zip(&out)
+                        .all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan())
+                });
+                if !same {
+                    return Err(fail(format!(
+                        "the kernel with packed weights differs from the kernel on {}",
+                        ctx.kernels[i].isa()
+                    )));
+                }
             }
             Contender::Composed(i) => {
                 let reference: Vec<f64> = kernel_out[i]
@@ -515,6 +553,32 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
             ..base.clone()
         });
     }
+    // The kernel with its weights packed once (what an engine that reuses them runs), against
+    // the same composition and peak.
+    for (i, k) in ctx.kernels.iter().enumerate() {
+        let Some(c) = at(Contender::Packed(i)) else {
+            continue;
+        };
+        let median = samples.median(c);
+        let roof = roof(k.isa(), median);
+        rows.push(Row {
+            kernel: "gau_packed".to_string(),
+            isa: k.isa().to_string(),
+            ns_per_iter: median,
+            vs: at(Contender::Composed(i))
+                .map(|o| vec![("gemm".to_string(), samples.speedup(c, o))])
+                .unwrap_or_default(),
+            vs_isa: at(Contender::Kernel(i))
+                .map(|o| vec![("unpacked".to_string(), samples.speedup(c, o))])
+                .unwrap_or_default(),
+            roofline: Some(roofline::fma_name(k.isa())),
+            roofline_ns_per_iter: roof.map(|r| r.0),
+            roofline_ratio: roof.map(|r| r.1),
+            rel_iqr: samples.rel_iqr(c),
+            rounds: samples.rounds(),
+            ..base.clone()
+        });
+    }
     // The composition's own throughput, for the record: a row per ISA of its swish, held
     // against the FMA peak of the best ISA (the gemm crate picks its AVX-512 kernels where the
     // CPU has them, whatever the swish's ISA).
@@ -555,10 +619,10 @@ fn to_reference(s: &GauShape) -> reference::GauShape {
 fn goals(rows: &[Row]) -> Vec<String> {
     let mut out = Vec::new();
     for isa in ["avx2", "avx512", "neon"] {
-        let of = |causal: bool| {
+        let of_kernel = |kernel: &str, causal: bool| {
             let mut v: Vec<(usize, &Row)> = rows
                 .iter()
-                .filter(|r| r.kernel == "gau" && r.isa == isa)
+                .filter(|r| r.kernel == kernel && r.isa == isa)
                 .filter_map(|r| {
                     let (len, c) = parse_shape(&r.shape)?;
                     (c == causal).then_some((len, r))
@@ -567,13 +631,14 @@ fn goals(rows: &[Row]) -> Vec<String> {
             v.sort_by_key(|&(len, _)| len);
             v
         };
-        let list = |causal: bool, f: &dyn Fn(&Row) -> Option<String>| {
-            of(causal)
+        let list_of = |kernel: &str, causal: bool, f: &dyn Fn(&Row) -> Option<String>| {
+            of_kernel(kernel, causal)
                 .into_iter()
                 .filter_map(|(len, r)| Some(format!("T={len} {}", f(r)?)))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let list = |causal: bool, f: &dyn Fn(&Row) -> Option<String>| list_of("gau", causal, f);
         let peak_goal = if isa == "avx512" { "0.80" } else { "0.75" };
         let mut push = |what: String, values: String| {
             if !values.is_empty() {
@@ -601,6 +666,19 @@ fn goals(rows: &[Row]) -> Vec<String> {
                 .to_string(),
             list(true, &|r| {
                 Some(format!("{:.2} / {:.1}", r.roofline_ratio?, r.gflop_per_s_dense()?))
+            }),
+        );
+        push(
+            "weights packed once (gau_packed): fraction of the FMA peak / speedup over the composition / over \
+             packing per call, dense (no goal)"
+                .to_string(),
+            list_of("gau_packed", false, &|r| {
+                Some(format!(
+                    "{:.2} / {:.2}x / {:.2}x",
+                    r.roofline_ratio?,
+                    r.vs("gemm")?,
+                    r.vs_isa.iter().find(|(n, _)| n == "unpacked")?.1
+                ))
             }),
         );
     }

@@ -28,7 +28,9 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(shape: &GauShape, widen_x: bool) -> Option<Layout> {
+    /// `packed`: the weights come packed ([`super::PackedGauWeights`]), so the workspace
+    /// holds no copy of them.
+    fn new(shape: &GauShape, widen_x: bool, packed: bool) -> Option<Layout> {
         let GauShape {
             seq_len: t,
             dim: d,
@@ -39,8 +41,16 @@ impl Layout {
         let w = e.checked_mul(2)?.checked_add(s)?;
         let rows = ROW_BLOCKS * MAX_MR;
         Some(Layout {
-            w_in: d.checked_mul(w.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?,
-            w_out: e.checked_mul(d.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?,
+            w_in: if packed {
+                0
+            } else {
+                d.checked_mul(w.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?
+            },
+            w_out: if packed {
+                0
+            } else {
+                e.checked_mul(d.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?
+            },
             // V chunks are read whole past column 2e: pad the last row.
             h: t.checked_mul(w)?.checked_add(MAX_NR)?,
             q: t.checked_mul(s)?,
@@ -72,9 +82,9 @@ impl Layout {
 }
 
 /// Floats of workspace any ISA needs for `shape` (with room for one widened sequence of X
-/// when `widen_x`).
-pub(super) fn workspace_len(shape: &GauShape, widen_x: bool) -> Option<usize> {
-    Layout::new(shape, widen_x)?.total()
+/// when `widen_x`, and for the packed weights unless they come `packed`).
+pub(super) fn workspace_len(shape: &GauShape, widen_x: bool, packed: bool) -> Option<usize> {
+    Layout::new(shape, widen_x, packed)?.total()
 }
 
 /// `(cos, sin)` of `t·10000^(−2m/s)` for `t < T`, `m < s/2`, computed in f64 and rounded once.
@@ -169,7 +179,7 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
     let w = 2 * e + sd;
     let lanes = S::LANES;
     let nr = NV * lanes;
-    let layout = Layout::new(&c.shape, !E::IS_F32).expect("validated");
+    let layout = Layout::new(&c.shape, !E::IS_F32, c.packed).expect("validated");
     // SAFETY (offsets): the regions follow each other inside the workspace's `total()` floats.
     let (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile, x_wide) = unsafe {
         let w_in_p = c.workspace;
@@ -182,16 +192,22 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
         let p_tile = o_acc.add(layout.o_acc);
         (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile, p_tile.add(layout.p))
     };
-    debug_assert!(packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
+    debug_assert!(c.packed || packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
     // Rows of the block accumulators: `e` rounded up to whole tiles, plus one tile so that the
     // stride is never a multiple of 4 KiB (e = 1024 would put every row of a micro-block in
     // the same L1 set, and make loads alias the stores of the row before).
     let e_pad = (e.div_ceil(nr) + 1) * nr;
-    // SAFETY: the weights have the validated shapes; the packed regions are large enough.
-    unsafe {
-        pack_b(s, c.w_in, w, d, w, nr, w_in_p);
-        pack_b(s, c.w_out, d, e, d, nr, w_out_p);
-    }
+    // Weights that come packed (for this ISA's panels) are used as they are.
+    let (w_in_p, w_out_p) = if c.packed {
+        (c.w_in, c.w_out)
+    } else {
+        // SAFETY: the weights have the validated shapes; the packed regions are large enough.
+        unsafe {
+            pack_b(s, c.w_in, w, d, w, nr, w_in_p);
+            pack_b(s, c.w_out, d, e, d, nr, w_out_p);
+        }
+        (w_in_p.cast_const(), w_out_p.cast_const())
+    };
     for b in 0..batch {
         // SAFETY: `key_lengths` has `B` entries when present.
         let valid = if c.key_lengths.is_null() {
