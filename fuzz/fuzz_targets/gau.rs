@@ -121,6 +121,15 @@ fuzz_target!(|input: Input| {
         if let Err(m) = reference::check_gau(&rshape, &x, &rparams, &out) {
             panic!("{isa}: {m}");
         }
+        // Weights packed once: the same bits.
+        let packed = k.pack_gau_weights(&shape, &weights).unwrap_or_else(|e| panic!("{isa}: {e}"));
+        let mut again = vec![0.0f32; out_len];
+        k.gau_packed(&shape, &x, &packed, &opts, &mut again, &mut ws)
+            .unwrap_or_else(|e| panic!("{isa}: {e}"));
+        assert!(
+            out.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()),
+            "{isa}: packed weights differ"
+        );
     }
     if let (Some((at, bits)), false) = (input.inject, x.is_empty()) {
         let n = x.len();
