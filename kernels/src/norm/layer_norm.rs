@@ -405,15 +405,7 @@ unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, cal
         return;
     }
     let d = call.d;
-    // SAFETY: `row < rows`; `mean`, `rstd` hold `rows` entries when not null.
-    let finish = |row: usize, (mean, rstd): (f32, f32)| unsafe {
-        if !call.mean.is_null() {
-            *call.mean.add(row) = mean;
-        }
-        if !call.rstd.is_null() {
-            *call.rstd.add(row) = rstd;
-        }
-    };
+    let finish = |row: usize, stats: (f32, f32)| write_stats(call, row, stats);
     // SAFETY (below): every row lies inside the `rows·d` elements of every operand, and rows are
     // disjoint, so the sweep of one row never touches what the other reads or writes.
     let (src, h) = unsafe { R::row(s, call, 0) };
@@ -442,6 +434,21 @@ unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, cal
             finish(call.rows - 1, Op::outputs(pst));
         }
         None => finish(call.rows - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) }),
+    }
+}
+
+/// Writes a row's `(mean, rstd)` to the per-row outputs the call has.
+#[inline(always)]
+fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
+    debug_assert!(row < call.rows);
+    // SAFETY: `row < rows`, and `mean`, `rstd` hold `rows` entries when not null.
+    unsafe {
+        if !call.mean.is_null() {
+            *call.mean.add(row) = mean;
+        }
+        if !call.rstd.is_null() {
+            *call.rstd.add(row) = rstd;
+        }
     }
 }
 
@@ -503,15 +510,7 @@ type Gathered<Op, V> = (usize, <Op as RowOp>::Stats, V);
 #[inline(always)]
 unsafe fn each_pair<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
     let d = call.d;
-    // SAFETY: `row < rows`; `mean`, `rstd` hold `rows` entries when not null.
-    let finish = |row: usize, (mean, rstd): (f32, f32)| unsafe {
-        if !call.mean.is_null() {
-            *call.mean.add(row) = mean;
-        }
-        if !call.rstd.is_null() {
-            *call.rstd.add(row) = rstd;
-        }
-    };
+    let finish = |row: usize, stats: (f32, f32)| write_stats(call, row, stats);
     // The statistics of the previous pair's rows.
     let mut prev: [Option<Gathered<Op, R::Back>>; 2] = [None, None];
     let mut row = 0;
