@@ -24,12 +24,13 @@ fn record(what: &str, k: &Kernels, ratio: f64) {
 }
 
 /// Row shapes `(d, rows)`: every tail up to three AVX-512 vectors and a bit, longer rows, many
-/// short rows, and rows up to 16384.
+/// short rows, many rows of up to 300, and rows up to 16384.
 fn shape() -> impl Strategy<Value = (usize, usize)> {
     prop_oneof![
         6 => (1usize..=50, 1usize..=4),
         2 => (51usize..=300, 1usize..=3),
         1 => (1usize..=16, 500usize..=3000),
+        1 => (17usize..=300, 16usize..=80),
         1 => (3000usize..=16384, 1usize..=2),
     ]
 }
@@ -724,6 +725,93 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
 }
 
 /// A constant row of 1234.0 (d = 256) gives `y = β` exactly, whatever `γ`, on every form.
+/// Many short rows, among them rows that are hard (`10⁷ + N(0, 1)`, values 40000 apart by 1,
+/// constant) or take the f64 path (a NaN, ±10³⁰), which must not disturb their neighbours:
+/// every row length around the vector widths, the Welford steps and chunks (64 values) and the
+/// tail of fewer than a step, up to 257, with 37 rows, against the oracle, through every form.
+#[test]
+fn short_rows_with_hard_rows_among_them() {
+    let mut g = Normal(0x5851_f42d_4c95_7f2d);
+    let rows = 37;
+    for d in [1usize, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 191, 255, 256, 257] {
+        let n = d * rows;
+        let mut x: Vec<f32> = (0..n).map(|_| (2.0 * g.sample() - 1.0) as f32).collect();
+        for j in 0..d {
+            x[d + j] = (1e7 + g.sample()) as f32;
+            x[3 * d + j] = 40000.0 + (j % 4) as f32;
+            x[4 * d + j] = 1234.0;
+            x[20 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
+        }
+        x[9 * d + d / 2] = f32::NAN;
+        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
+        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
+        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        for k in all_kernels() {
+            for (gm, bt) in [(true, true), (false, false)] {
+                let opts = LayerNormOptions {
+                    gamma: gm.then_some(&gamma[..]),
+                    beta: bt.then_some(&beta[..]),
+                    eps: 1e-5,
+                };
+                for mode in 0..3 {
+                    let c = LnCase {
+                        x: x.clone(),
+                        d,
+                        gamma: opts.gamma.map(<[f32]>::to_vec),
+                        beta: opts.beta.map(<[f32]>::to_vec),
+                        eps: opts.eps,
+                        offset: 5,
+                        mode,
+                    };
+                    let (y, stats) = run_layer_norm(&k, &c);
+                    check_ln(&k, "layer_norm short rows", &x, d, &opts, &y, stats.as_ref()).unwrap();
+                }
+                let h = reference::residual(&x, &r, Some(&bias), 0.75, d);
+                for mode in 0..4 {
+                    let c = AddCase {
+                        x: x.clone(),
+                        r: r.clone(),
+                        bias: Some(bias.clone()),
+                        alpha: 0.75,
+                        d,
+                        gamma: opts.gamma.map(<[f32]>::to_vec),
+                        beta: opts.beta.map(<[f32]>::to_vec),
+                        eps: opts.eps,
+                        mode,
+                    };
+                    let (y, got_h, stats) = run_add(&k, &c, false);
+                    if let Some(got_h) = &got_h {
+                        check_h(&k, &h, got_h).unwrap();
+                    }
+                    check_ln(&k, "add_layer_norm short rows", &h, d, &opts, &y, stats.as_ref()).unwrap();
+                    let (y, got_h, _) = run_add(&k, &c, true);
+                    if let Some(got_h) = &got_h {
+                        check_h(&k, &h, got_h).unwrap();
+                    }
+                    reference::check_rms_norm(&h, d, opts.gamma, 1e-5, &y).unwrap();
+                }
+            }
+            let rn = RmsNormOptions {
+                gain: Some(&gamma),
+                eps: 1e-6,
+            };
+            let mut y = vec![0.0; n];
+            k.rms_norm(&x, &mut y, d, &rn).unwrap();
+            reference::check_rms_norm(&x, d, Some(&gamma), 1e-6, &y).unwrap();
+            let opts = LayerNormOptions {
+                gamma: Some(&gamma),
+                beta: Some(&beta),
+                eps: 1e-5,
+            };
+            let halves: Vec<half::f16> = narrow(&x);
+            let mut y16 = vec![half::f16::ZERO; n];
+            k.layer_norm(&halves, &mut y16, d, &opts).unwrap();
+            reference::check_layer_norm(&halves, d, opts.gamma, opts.beta, opts.eps, &y16, None, None)
+                .unwrap_or_else(|m| panic!("{} f16 layer_norm d {d}: {m}", k.isa()));
+        }
+    }
+}
+
 #[test]
 fn constant_row_gives_beta() {
     let d = 256;
