@@ -615,6 +615,85 @@ fn same_bits_f32(a: &[f32], b: &[f32]) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
 }
 
+/// The inputs of [`every_form`]: rows `x` of length `d`, the residual branch `r` and its bias.
+struct Rows<'a> {
+    x: &'a [f32],
+    r: &'a [f32],
+    bias: &'a [f32],
+    d: usize,
+}
+
+/// Runs LayerNorm on `k` in its every mode (out of place, in place, with statistics) and
+/// Add & LayerNorm (α = 0.75, with the bias) in its every mode, checks each against the oracle
+/// (and the `h` output bit for bit), and hands each `y` to `also(add, mode, y)`.
+fn every_form(k: &Kernels, what: &str, rows: &Rows, opts: &LayerNormOptions, mut also: impl FnMut(bool, u8, &[f32])) {
+    let Rows { x, r, bias, d } = *rows;
+    for mode in 0..3 {
+        let c = LnCase {
+            x: x.to_vec(),
+            d,
+            gamma: opts.gamma.map(<[f32]>::to_vec),
+            beta: opts.beta.map(<[f32]>::to_vec),
+            eps: opts.eps,
+            offset: 3,
+            mode,
+        };
+        let (y, stats) = run_layer_norm(k, &c);
+        check_ln(k, &format!("layer_norm {what}"), x, d, opts, &y, stats.as_ref()).unwrap();
+        also(false, mode, &y);
+    }
+    let h = reference::residual(x, r, Some(bias), 0.75, d);
+    for mode in 0..4 {
+        let c = AddCase {
+            x: x.to_vec(),
+            r: r.to_vec(),
+            bias: Some(bias.to_vec()),
+            alpha: 0.75,
+            d,
+            gamma: opts.gamma.map(<[f32]>::to_vec),
+            beta: opts.beta.map(<[f32]>::to_vec),
+            eps: opts.eps,
+            mode,
+        };
+        let (y, got_h, stats) = run_add(k, &c, false);
+        if let Some(got_h) = &got_h {
+            check_h(k, &h, got_h).unwrap();
+        }
+        check_ln(k, &format!("add_layer_norm {what}"), &h, d, opts, &y, stats.as_ref()).unwrap();
+        also(true, mode, &y);
+    }
+}
+
+/// RMSNorm of the rows of `x` with the gain `gamma` (ε = 10⁻⁶), and LayerNorm of them in f16
+/// with `gamma`, `beta` (ε = 10⁻⁵), on `k`, each checked against the oracle: returns the
+/// RMSNorm output, the f16 output and the f16 input.
+fn rms_and_f16(
+    k: &Kernels,
+    x: &[f32],
+    d: usize,
+    gamma: &[f32],
+    beta: &[f32],
+) -> (Vec<f32>, Vec<half::f16>, Vec<half::f16>) {
+    let rn = RmsNormOptions {
+        gain: Some(gamma),
+        eps: 1e-6,
+    };
+    let mut y = vec![0.0; x.len()];
+    k.rms_norm(x, &mut y, d, &rn).unwrap();
+    reference::check_rms_norm(x, d, Some(gamma), 1e-6, &y).unwrap();
+    let opts = LayerNormOptions {
+        gamma: Some(gamma),
+        beta: Some(beta),
+        eps: 1e-5,
+    };
+    let halves: Vec<half::f16> = narrow(x);
+    let mut y16 = vec![half::f16::ZERO; x.len()];
+    k.layer_norm(&halves, &mut y16, d, &opts).unwrap();
+    reference::check_layer_norm(&halves, d, opts.gamma, opts.beta, opts.eps, &y16, None, None)
+        .unwrap_or_else(|m| panic!("{} f16 layer_norm d {d}: {m}", k.isa()));
+    (y, y16, halves)
+}
+
 /// Calls of long rows with parameters (`d ≥ 4096`, at least 2¹⁸ elements) go through the row
 /// loop by pairs. Every form, on every ISA, with an odd number of rows, an odd row length (the
 /// halves of a pair's columns differ by one), and rows taking the f64 path (a NaN, an f32
@@ -649,57 +728,31 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
                     eps: 1e-5,
                 };
                 let single = by_row(&|x, _, y| k.layer_norm(x, y, d, &opts).unwrap());
-                for mode in 0..3 {
-                    let c = LnCase {
-                        x: x.clone(),
-                        d,
-                        gamma: opts.gamma.map(<[f32]>::to_vec),
-                        beta: opts.beta.map(<[f32]>::to_vec),
-                        eps: opts.eps,
-                        offset: 3,
-                        mode,
-                    };
-                    let (y, stats) = run_layer_norm(&k, &c);
-                    check_ln(&k, "layer_norm pairs", &x, d, &opts, &y, stats.as_ref()).unwrap();
-                    assert!(same_bits_f32(&y, &single), "{} layer_norm mode {mode} d {d}", k.isa());
-                }
                 let residual = Residual {
                     alpha: 0.75,
                     bias: Some(&bias),
                 };
-                let h = reference::residual(&x, &r, Some(&bias), 0.75, d);
-                let single = by_row(&|x, r, y| k.add_layer_norm(x, r, y, None, d, &residual, &opts).unwrap());
-                for mode in 0..4 {
-                    let c = AddCase {
-                        x: x.clone(),
-                        r: r.clone(),
-                        bias: Some(bias.clone()),
-                        alpha: 0.75,
-                        d,
-                        gamma: opts.gamma.map(<[f32]>::to_vec),
-                        beta: opts.beta.map(<[f32]>::to_vec),
-                        eps: opts.eps,
-                        mode,
+                let single_add = by_row(&|x, r, y| k.add_layer_norm(x, r, y, None, d, &residual, &opts).unwrap());
+                let rows = Rows {
+                    x: &x,
+                    r: &r,
+                    bias: &bias,
+                    d,
+                };
+                every_form(&k, "pairs", &rows, &opts, |add, mode, y| {
+                    let (name, single) = if add {
+                        ("add_layer_norm", &single_add)
+                    } else {
+                        ("layer_norm", &single)
                     };
-                    let (y, got_h, stats) = run_add(&k, &c, false);
-                    if let Some(got_h) = &got_h {
-                        check_h(&k, &h, got_h).unwrap();
-                    }
-                    check_ln(&k, "add_layer_norm pairs", &h, d, &opts, &y, stats.as_ref()).unwrap();
-                    assert!(
-                        same_bits_f32(&y, &single),
-                        "{} add_layer_norm mode {mode} d {d}",
-                        k.isa()
-                    );
-                }
+                    assert!(same_bits_f32(y, single), "{} {name} mode {mode} d {d}", k.isa());
+                });
             }
+            let (y, y16, halves) = rms_and_f16(&k, &x, d, &gamma, &beta);
             let rn = RmsNormOptions {
                 gain: Some(&gamma),
                 eps: 1e-6,
             };
-            let mut y = vec![0.0; n];
-            k.rms_norm(&x, &mut y, d, &rn).unwrap();
-            reference::check_rms_norm(&x, d, Some(&gamma), 1e-6, &y).unwrap();
             let single = by_row(&|x, _, y| k.rms_norm(x, y, d, &rn).unwrap());
             assert!(same_bits_f32(&y, &single), "{} rms_norm d {d}", k.isa());
             let opts = LayerNormOptions {
@@ -707,9 +760,6 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
                 beta: Some(&beta),
                 eps: 1e-5,
             };
-            let halves: Vec<half::f16> = narrow(&x);
-            let mut y16 = vec![half::f16::ZERO; n];
-            k.layer_norm(&halves, &mut y16, d, &opts).unwrap();
             let mut one = vec![half::f16::ZERO; d];
             for row in 0..rows {
                 k.layer_norm(&halves[row * d..(row + 1) * d], &mut one, d, &opts)
@@ -733,7 +783,9 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
 fn short_rows_with_hard_rows_among_them() {
     let mut g = Normal(0x5851_f42d_4c95_7f2d);
     let rows = 37;
-    for d in [1usize, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 191, 255, 256, 257] {
+    for d in [
+        1usize, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 191, 255, 256, 257,
+    ] {
         let n = d * rows;
         let mut x: Vec<f32> = (0..n).map(|_| (2.0 * g.sample() - 1.0) as f32).collect();
         for j in 0..d {
@@ -753,61 +805,27 @@ fn short_rows_with_hard_rows_among_them() {
                     beta: bt.then_some(&beta[..]),
                     eps: 1e-5,
                 };
-                for mode in 0..3 {
-                    let c = LnCase {
-                        x: x.clone(),
-                        d,
-                        gamma: opts.gamma.map(<[f32]>::to_vec),
-                        beta: opts.beta.map(<[f32]>::to_vec),
-                        eps: opts.eps,
-                        offset: 5,
-                        mode,
-                    };
-                    let (y, stats) = run_layer_norm(&k, &c);
-                    check_ln(&k, "layer_norm short rows", &x, d, &opts, &y, stats.as_ref()).unwrap();
-                }
+                let rows = Rows {
+                    x: &x,
+                    r: &r,
+                    bias: &bias,
+                    d,
+                };
+                every_form(&k, "short rows", &rows, &opts, |_, _, _| {});
                 let h = reference::residual(&x, &r, Some(&bias), 0.75, d);
-                for mode in 0..4 {
-                    let c = AddCase {
-                        x: x.clone(),
-                        r: r.clone(),
-                        bias: Some(bias.clone()),
-                        alpha: 0.75,
-                        d,
-                        gamma: opts.gamma.map(<[f32]>::to_vec),
-                        beta: opts.beta.map(<[f32]>::to_vec),
-                        eps: opts.eps,
-                        mode,
-                    };
-                    let (y, got_h, stats) = run_add(&k, &c, false);
-                    if let Some(got_h) = &got_h {
-                        check_h(&k, &h, got_h).unwrap();
-                    }
-                    check_ln(&k, "add_layer_norm short rows", &h, d, &opts, &y, stats.as_ref()).unwrap();
-                    let (y, got_h, _) = run_add(&k, &c, true);
-                    if let Some(got_h) = &got_h {
-                        check_h(&k, &h, got_h).unwrap();
-                    }
-                    reference::check_rms_norm(&h, d, opts.gamma, 1e-5, &y).unwrap();
-                }
+                let residual = Residual {
+                    alpha: 0.75,
+                    bias: Some(&bias),
+                };
+                let rn = RmsNormOptions {
+                    gain: opts.gamma,
+                    eps: 1e-5,
+                };
+                let mut y = vec![0.0; n];
+                k.add_rms_norm(&x, &r, &mut y, None, d, &residual, &rn).unwrap();
+                reference::check_rms_norm(&h, d, opts.gamma, 1e-5, &y).unwrap();
             }
-            let rn = RmsNormOptions {
-                gain: Some(&gamma),
-                eps: 1e-6,
-            };
-            let mut y = vec![0.0; n];
-            k.rms_norm(&x, &mut y, d, &rn).unwrap();
-            reference::check_rms_norm(&x, d, Some(&gamma), 1e-6, &y).unwrap();
-            let opts = LayerNormOptions {
-                gamma: Some(&gamma),
-                beta: Some(&beta),
-                eps: 1e-5,
-            };
-            let halves: Vec<half::f16> = narrow(&x);
-            let mut y16 = vec![half::f16::ZERO; n];
-            k.layer_norm(&halves, &mut y16, d, &opts).unwrap();
-            reference::check_layer_norm(&halves, d, opts.gamma, opts.beta, opts.eps, &y16, None, None)
-                .unwrap_or_else(|m| panic!("{} f16 layer_norm d {d}: {m}", k.isa()));
+            rms_and_f16(&k, &x, d, &gamma, &beta);
         }
     }
 }
