@@ -84,16 +84,16 @@
 //! beside the rows, and reloading them for every row cost LayerNorm a third of its speed
 //! (measured: 3.7 Gelem/s at 1024×4096 on AVX-512, 5.7 without `γ`, `β`); by pairs, 4.4.
 //!
-//! Short rows keep the row layout. At `d = 64` a row is a single Welford step, so most of its
+//! Short rows keep the row layout. At `d = 64` a row is a single Welford step, so much of its
 //! cost is the merge of its lanes and the chain of reductions, square root and division that
 //! ends it (4.2 Gelem/s at 256×64 on AVX-512, 15 ns a row; the plain two-pass loop takes
 //! about 4.4 times as long).
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
 //! in L1 a `LANES × LANES` block at a time, the same per-lane Welford with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
-//! `d = 64` on AVX-512 (LayerNorm and RMSNorm), but lost 12% at `d = 256`, 3–16% on AVX2,
-//! and 8–26% on the add forms: the transposes, four shuffles per vector, cost about what the
-//! lane merges did.
+//! `d = 64` on AVX-512 (LayerNorm and RMSNorm), but lost 12% at `d = 256`, 4–18% on AVX2,
+//! and 8–26% on the add forms; the transposes alone (four shuffles per vector) took about a
+//! quarter of its time at `d = 64`.
 //!
 //! # Error bound
 //!
