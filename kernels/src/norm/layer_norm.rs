@@ -405,7 +405,6 @@ unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, cal
         return;
     }
     let d = call.d;
-    let finish = |row: usize, stats: (f32, f32)| write_stats(call, row, stats);
     // SAFETY (below): every row lies inside the `rows·d` elements of every operand, and rows are
     // disjoint, so the sweep of one row never touches what the other reads or writes.
     let (src, h) = unsafe { R::row(s, call, 0) };
@@ -417,11 +416,11 @@ unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, cal
         let st = match Op::sweep(s, call, pst, ph, py) {
             Some(sweep) => {
                 let st = unsafe { Op::stats(s, call, &src, &sweep) };
-                finish(row - 1, Op::outputs(pst));
+                write_stats(call, row - 1, Op::outputs(pst));
                 st
             }
             None => {
-                finish(row - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) });
+                write_stats(call, row - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) });
                 unsafe { Op::stats(s, call, &src, &Idle) }
             }
         };
@@ -431,9 +430,9 @@ unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, cal
     match Op::sweep(s, call, pst, ph, py) {
         Some(sweep) => {
             unsafe { sweep.run(s, 0, d) };
-            finish(call.rows - 1, Op::outputs(pst));
+            write_stats(call, call.rows - 1, Op::outputs(pst));
         }
-        None => finish(call.rows - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) }),
+        None => write_stats(call, call.rows - 1, unsafe { Op::wide::<S, E, R::Back>(call, ph, py) }),
     }
 }
 
@@ -510,7 +509,6 @@ type Gathered<Op, V> = (usize, <Op as RowOp>::Stats, V);
 #[inline(always)]
 unsafe fn each_pair<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
     let d = call.d;
-    let finish = |row: usize, stats: (f32, f32)| write_stats(call, row, stats);
     // The statistics of the previous pair's rows.
     let mut prev: [Option<Gathered<Op, R::Back>>; 2] = [None, None];
     let mut row = 0;
@@ -524,9 +522,9 @@ unsafe fn each_pair<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, ca
                 match Op::sweep(s, call, st, h, y) {
                     Some(sweep) => {
                         sweeps[k] = Some(sweep);
-                        finish(r, Op::outputs(st));
+                        write_stats(call, r, Op::outputs(st));
                     }
-                    None => finish(r, unsafe { Op::wide::<S, E, R::Back>(call, h, y) }),
+                    None => write_stats(call, r, unsafe { Op::wide::<S, E, R::Back>(call, h, y) }),
                 }
             }
         }
