@@ -774,7 +774,6 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
     }
 }
 
-/// A constant row of 1234.0 (d = 256) gives `y = β` exactly, whatever `γ`, on every form.
 /// Many short rows, among them rows that are hard (`10⁷ + N(0, 1)`, values 40000 apart by 1,
 /// constant) or take the f64 path (a NaN, ±10³⁰), which must not disturb their neighbours:
 /// every row length around the vector widths, the Welford steps and chunks (64 values) and the
@@ -782,11 +781,11 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
 #[test]
 fn short_rows_with_hard_rows_among_them() {
     let mut g = Normal(0x5851_f42d_4c95_7f2d);
-    let rows = 37;
+    let count = 37;
     for d in [
         1usize, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 191, 255, 256, 257,
     ] {
-        let n = d * rows;
+        let n = d * count;
         let mut x: Vec<f32> = (0..n).map(|_| (2.0 * g.sample() - 1.0) as f32).collect();
         for j in 0..d {
             x[d + j] = (1e7 + g.sample()) as f32;
@@ -830,6 +829,7 @@ fn short_rows_with_hard_rows_among_them() {
     }
 }
 
+/// A constant row of 1234.0 (d = 256) gives `y = β` exactly, whatever `γ`, on every form.
 #[test]
 fn constant_row_gives_beta() {
     let d = 256;
