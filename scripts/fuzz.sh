@@ -5,12 +5,12 @@
 #
 # Uses the nightly toolchain when rustup has one, else the stable toolchain with
 # RUSTC_BOOTSTRAP=1 (which accepts the same -Z flags). Installs cargo-fuzz when missing.
-#
-# FUZZ_NO_DEBUG_ASSERTIONS=1 builds the targets without debug assertions and overflow checks
-# (cargo fuzz -O), AddressSanitizer kept: half the build time (measured on a clean clone:
-# 5.4 min against 10.5), for the CI smoke run; longer runs keep them.
 # New corpus entries go to fuzz/corpus/<target> (not committed); the small committed seeds
 # are in fuzz/seeds/<target>. A crash leaves its input in fuzz/artifacts/<target> and fails.
+#
+# FUZZ_NO_DEBUG_ASSERTIONS=1 builds the targets without debug assertions and overflow checks
+# (cargo fuzz -O), AddressSanitizer kept: about half the build time (5-5.5 min against 10.5
+# on a clean checkout), for the CI smoke run; longer runs keep them.
 set -euo pipefail
 
 secs=${1:-60}
