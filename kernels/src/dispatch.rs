@@ -11,7 +11,7 @@ use crate::attention::AttentionCall;
 use crate::gau::GauCall;
 use crate::norm::{BatchNormCall, NormCall};
 use crate::softmax::SoftmaxCall;
-use crate::{Element, Error, Isa};
+use crate::{Element, Error, Isa, Stores};
 use half::{bf16, f16};
 
 /// The entry points of one ISA. Every function requires its ISA to be supported.
@@ -197,11 +197,15 @@ fn table_of(isa: Isa) -> Option<&'static Table> {
 #[derive(Clone, Copy)]
 pub struct Kernels {
     table: &'static Table,
+    stores: Stores,
 }
 
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kernels").field("isa", &self.isa()).finish()
+        f.debug_struct("Kernels")
+            .field("isa", &self.isa())
+            .field("stores", &self.stores)
+            .finish()
     }
 }
 
@@ -213,7 +217,10 @@ impl Kernels {
             isa,
             reason: format!("this build for {} has no {isa} path", std::env::consts::ARCH),
         })?;
-        Ok(Kernels { table })
+        Ok(Kernels {
+            table,
+            stores: Stores::Auto,
+        })
     }
 
     /// The kernels of the most capable ISA of this CPU, ignoring `KERNELS_ISA`.
@@ -240,6 +247,36 @@ impl Kernels {
     /// The ISA these kernels run on.
     pub fn isa(&self) -> Isa {
         self.table.isa
+    }
+
+    /// These kernels, writing their outputs as `stores` says (the default is
+    /// [`Stores::Auto`]). Only where the output goes in the memory hierarchy changes, never
+    /// a value.
+    ///
+    /// ```
+    /// use kernels::{Kernels, LayerNormOptions, Stores};
+    ///
+    /// // An engine whose next layer reads `y` at once keeps it in cache.
+    /// let k = Kernels::best().with_stores(Stores::Cached);
+    /// let (x, mut y) = (vec![1.0f32, 2.0, 3.0, 4.0], vec![0.0; 4]);
+    /// k.layer_norm(&x, &mut y, 4, &LayerNormOptions::default())?;
+    /// assert!(!k.streams(usize::MAX));
+    /// # Ok::<(), kernels::Error>(())
+    /// ```
+    pub fn with_stores(self, stores: Stores) -> Kernels {
+        Kernels { stores, ..self }
+    }
+
+    /// How these kernels write their outputs.
+    pub fn stores(&self) -> Stores {
+        self.stores
+    }
+
+    /// Whether a call of these kernels whose working set (the bytes it reads and writes) is
+    /// `bytes` writes its outputs with streaming stores, in the kernels that honour
+    /// [`Stores`]: never on an ISA without them (scalar, NEON).
+    pub fn streams(&self, bytes: usize) -> bool {
+        matches!(self.isa(), Isa::Avx2 | Isa::Avx512) && self.stores.streams(bytes)
     }
 
     /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile, into

@@ -44,6 +44,7 @@ mod math;
 pub mod norm;
 mod simd;
 pub mod softmax;
+mod stores;
 
 pub use attention::{AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, MaskShape};
 pub use dispatch::Kernels;
@@ -63,6 +64,7 @@ pub use norm::{
     RowStats,
 };
 pub use softmax::{MaskedRows, SoftmaxOptions};
+pub use stores::{last_level_cache, Stores};
 
 /// Runs `f` with the kernels of [`Kernels::detected`].
 fn with_detected<T>(f: impl FnOnce(Kernels) -> Result<T, Error>) -> Result<T, Error> {

@@ -110,6 +110,17 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
+    unsafe fn store_stream(self, p: *mut f32, v: __m256) {
+        debug_assert!((p as usize).is_multiple_of(32));
+        // SAFETY: the caller guarantees 8 writable floats at a 32-byte aligned `p`.
+        unsafe { _mm256_stream_ps(p, v) }
+    }
+    #[inline(always)]
+    fn fence(self) {
+        // SAFETY: SSE is part of x86-64.
+        unsafe { _mm_sfence() }
+    }
+    #[inline(always)]
     unsafe fn store_partial(self, p: *mut f32, n: usize, v: __m256) {
         // SAFETY: only the first `n` lanes are written, and they are writable.
         unsafe { _mm256_maskstore_ps(p, tail_mask(n), v) }

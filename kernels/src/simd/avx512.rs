@@ -83,6 +83,17 @@ impl Simd for Avx512 {
         unsafe { _mm512_mask_loadu_ps(_mm512_set1_ps(fill), tail_mask(n), p) }
     }
     #[inline(always)]
+    unsafe fn store_stream(self, p: *mut f32, v: __m512) {
+        debug_assert!((p as usize).is_multiple_of(64));
+        // SAFETY: the caller guarantees 16 writable floats at a 64-byte aligned `p`.
+        unsafe { _mm512_stream_ps(p, v) }
+    }
+    #[inline(always)]
+    fn fence(self) {
+        // SAFETY: SSE is part of x86-64.
+        unsafe { _mm_sfence() }
+    }
+    #[inline(always)]
     unsafe fn store_partial(self, p: *mut f32, n: usize, v: __m512) {
         // SAFETY: only the first `n` lanes are written, and they are writable.
         unsafe { _mm512_mask_storeu_ps(p, tail_mask(n), v) }

@@ -183,6 +183,24 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
         let _ = p;
     }
 
+    /// Stores `LANES` floats with a streaming (non-temporal) store where the ISA has one: the
+    /// line goes to memory without being read first or kept in cache. The default stores
+    /// ordinarily. A caller that streamed calls [`Simd::fence`] before returning.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be writable and `p` aligned to `4·LANES` bytes.
+    #[inline(always)]
+    unsafe fn store_stream(self, p: *mut f32, v: Self::V) {
+        // SAFETY: forwarded.
+        unsafe { self.store(p, v) }
+    }
+
+    /// Orders the streaming stores before it before every later store (x86's `sfence`): what
+    /// a kernel streamed is then seen like ordinary stores by whoever synchronizes with it.
+    /// The default, for ISAs without streaming stores, does nothing.
+    #[inline(always)]
+    fn fence(self) {}
+
     fn eq(self, a: Self::V, b: Self::V) -> Self::M;
     fn lt(self, a: Self::V, b: Self::V) -> Self::M;
     /// Lanes where `a` is NaN.

@@ -1,0 +1,131 @@
+//! How the memory-bound kernels write their outputs: through the caches, or around them.
+//!
+//! An ordinary store to a line that is not in cache first reads the line from memory (a
+//! read for ownership), then the line takes a place in every cache level. For an output
+//! larger than the last-level cache both are waste: the line is read only to be overwritten,
+//! and it evicts data the call still needs (its own input, on a repeated call) before anyone
+//! reads it back. A streaming (non-temporal) store writes whole lines to memory without
+//! reading them and without keeping them in cache.
+
+use std::sync::OnceLock;
+
+/// How the kernels that honour it write their outputs; see [`Kernels::with_stores`].
+///
+/// Honoured by the f32 outputs `y` of the LayerNorm and RMSNorm family (`layer_norm`,
+/// `add_layer_norm`, `rms_norm`, `add_rms_norm` and their in-place and `with_stats` forms)
+/// on AVX2 and AVX-512. The scalar and NEON paths, the half types, the `h` output of the add
+/// forms (which the kernel reads back at once) and every other kernel always store ordinarily.
+/// The choice changes where the output is in the memory hierarchy, never its value: the
+/// results are the same bit for bit.
+///
+/// [`Kernels::with_stores`]: crate::Kernels::with_stores
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Stores {
+    /// Streaming stores for calls whose working set (the bytes they read and write) is at
+    /// least the size of the last-level cache, ordinary stores below it: what such a call
+    /// writes first is evicted by what it touches last anyway. Where the cache size is
+    /// unknown, ordinary stores.
+    #[default]
+    Auto,
+    /// Ordinary stores whatever the size: for outputs that the next step reads at once.
+    Cached,
+    /// Streaming stores whatever the size: for outputs that are not read again soon.
+    Streaming,
+}
+
+impl Stores {
+    /// Whether a call whose working set is `bytes` streams its outputs, on an ISA that has
+    /// streaming stores.
+    pub(crate) fn streams(self, bytes: usize) -> bool {
+        match self {
+            Stores::Auto => last_level_cache().is_some_and(|llc| bytes >= llc),
+            Stores::Cached => false,
+            Stores::Streaming => true,
+        }
+    }
+}
+
+/// The size in bytes of the largest data or unified cache the CPU describes, read once.
+pub fn last_level_cache() -> Option<usize> {
+    static SIZE: OnceLock<Option<usize>> = OnceLock::new();
+    *SIZE.get_or_init(detect)
+}
+
+/// The largest data or unified cache of CPUID's deterministic cache parameters: leaf 4
+/// (Intel), else leaf `0x8000_001D` (AMD, whose leaf 4 is reserved and reads as zeros).
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Option<usize> {
+    use std::arch::x86_64::__cpuid_count;
+    // CPUID is safe on x86-64; the intrinsics became safe functions after this crate's
+    // minimum Rust version, hence the `unsafe` that newer compilers find unnecessary.
+    #[allow(unused_unsafe)]
+    let cpuid = |leaf: u32, sub: u32| unsafe { __cpuid_count(leaf, sub) };
+    let largest = |leaf: u32| {
+        (0..16)
+            .map(|sub| cpuid(leaf, sub))
+            // EAX[4:0]: 0 ends the list; 1 data, 2 instruction, 3 unified.
+            .take_while(|r| r.eax & 0x1f != 0)
+            .filter(|r| r.eax & 0x1f != 2)
+            .map(|r| {
+                let ways = (r.ebx >> 22) as usize + 1;
+                let partitions = ((r.ebx >> 12) & 0x3ff) as usize + 1;
+                let line = (r.ebx & 0xfff) as usize + 1;
+                let sets = r.ecx as usize + 1;
+                ways * partitions * line * sets
+            })
+            .max()
+    };
+    let (basic, extended) = (cpuid(0, 0).eax, cpuid(0x8000_0000, 0).eax);
+    (if basic >= 4 { largest(4) } else { None })
+        .or_else(|| (extended >= 0x8000_001d).then(|| largest(0x8000_001d)).flatten())
+}
+
+/// No cache description is read on other architectures: [`Stores::Auto`] stores ordinarily
+/// there, which is all their paths do anyway.
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Option<usize> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_choice_follows_the_setting_and_the_cache() {
+        assert!(!Stores::Cached.streams(usize::MAX));
+        assert!(Stores::Streaming.streams(0));
+        match last_level_cache() {
+            Some(llc) => {
+                assert!(llc >= 1 << 16, "a last-level cache of {llc} bytes");
+                assert!(!Stores::Auto.streams(llc - 1));
+                assert!(Stores::Auto.streams(llc));
+            }
+            None => assert!(!Stores::Auto.streams(usize::MAX)),
+        }
+    }
+
+    /// On Linux the kernel's own description of the caches is at hand: CPUID must agree with it.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn cpuid_agrees_with_sysfs() {
+        let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+            return;
+        };
+        let largest = dir
+            .flatten()
+            .filter_map(|e| {
+                let read = |name: &str| std::fs::read_to_string(e.path().join(name)).ok();
+                if read("type")?.trim() == "Instruction" {
+                    return None;
+                }
+                let size = read("size")?;
+                let kib: usize = size.trim().strip_suffix('K')?.parse().ok()?;
+                Some(kib << 10)
+            })
+            .max();
+        if let Some(sysfs) = largest {
+            assert_eq!(last_level_cache(), Some(sysfs));
+        }
+    }
+}
