@@ -1,13 +1,14 @@
 //! Differential fuzzing of the normalization family: LayerNorm (with and without γ, β and the
 //! per-row statistics), Add & LayerNorm (α, bias, the `h` output, the in-place form), RMSNorm and
-//! Add & RMSNorm, BatchNorm inference and training. Any shape, option and bit pattern (NaN, ±∞,
-//! subnormals, ±1e38 are all reachable), on every ISA the host has, against the f64 oracle under
-//! the documented bound. A call with one wrong length, a bad ε, α or momentum must come back as
-//! `Err` naming that argument, never as a panic or an out-of-bounds access.
+//! Add & RMSNorm (rows of up to 591 values, with streaming stores forced or not), BatchNorm
+//! inference and training. Any shape, option and bit pattern (NaN, ±∞, subnormals, ±1e38 are
+//! all reachable), on every ISA the host has, against the f64 oracle under the documented
+//! bound. A call with one wrong length, a bad ε, α or momentum must come back as `Err` naming
+//! that argument, never as a panic or an out-of-bounds access.
 #![no_main]
 
 use arbitrary::Arbitrary;
-use kernels::{available_isas, BatchNormOptions, Kernels, LayerNormOptions, Residual, RmsNormOptions, RowStats};
+use kernels::{available_isas, BatchNormOptions, Kernels, LayerNormOptions, Residual, RmsNormOptions, RowStats, Stores};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Debug, Arbitrary)]
@@ -33,6 +34,10 @@ struct Input {
     momentum_bits: Option<u32>,
     /// Perturbs the length of one argument: (which, by how much).
     skew: Option<(u8, u8)>,
+    /// Rows of 512 values and more (row norms), which streaming stores apply to.
+    long: bool,
+    /// Streaming stores forced ([`Stores::Streaming`]) rather than the default.
+    stream: bool,
 }
 
 /// The values of the call, drawn cyclically from the input.
@@ -129,7 +134,10 @@ fn row_norm(input: &Input, op: u8) {
     let rms = op & 1 != 0;
     let add = op & 2 != 0;
     let inplace = op & 4 != 0;
-    let d = (input.d % 80) as usize;
+    let d = match (input.d % 80) as usize {
+        d if d > 0 && input.long => 512 + d,
+        d => d,
+    };
     // With d = 0 there are no rows (and the statistics have length 0).
     let rows = if d == 0 { 0 } else { (input.rows % 6) as usize };
     let len = rows * d;
@@ -218,7 +226,8 @@ fn row_norm(input: &Input, op: u8) {
     let h_ref = (add && faults.is_empty()).then(|| reference::residual(&x, &r, bias.as_deref(), alpha, d));
 
     for isa in available_isas() {
-        let k = Kernels::for_isa(isa).unwrap();
+        let stores = if input.stream { Stores::Streaming } else { Stores::Auto };
+        let k = Kernels::for_isa(isa).unwrap().with_stores(stores);
         let mut out = vec![0.0f32; out_len];
         let mut h = vec![0.0f32; h_len];
         let mut mean = vec![0.0f32; mean_len];

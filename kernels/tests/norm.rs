@@ -6,7 +6,7 @@ mod common;
 use std::sync::Mutex;
 
 use common::{all_kernels, misaligned, misaligned_as, narrow, wide, Half, SPECIALS};
-use kernels::{BatchNormOptions, Error, Kernels, LayerNormOptions, Residual, RmsNormOptions, RowStats};
+use kernels::{BatchNormOptions, Error, Kernels, LayerNormOptions, Residual, RmsNormOptions, RowStats, Stores};
 use proptest::prelude::*;
 use reference::BatchNormTrainOutputs;
 
@@ -355,6 +355,15 @@ fn run_prop<S: Strategy>(name: &str, cases: u32, strategy: S, f: impl Fn(S::Valu
     }
 }
 
+/// Every ISA, each with its default stores and with streaming stores forced (which the rows
+/// of at least 512 values take).
+fn with_both_stores() -> Vec<Kernels> {
+    all_kernels()
+        .into_iter()
+        .flat_map(|k| [k, k.with_stores(Stores::Streaming)])
+        .collect()
+}
+
 #[test]
 fn layer_norm_matches_oracle_on_every_isa() {
     run_prop("layer_norm", 200, ln_case(), |c| {
@@ -363,7 +372,7 @@ fn layer_norm_matches_oracle_on_every_isa() {
             beta: c.beta.as_deref(),
             eps: c.eps,
         };
-        for k in all_kernels() {
+        for k in with_both_stores() {
             let (y, stats) = run_layer_norm(&k, &c);
             check_ln(&k, "layer_norm", &c.x, c.d, &opts, &y, stats.as_ref())?;
         }
@@ -380,7 +389,7 @@ fn add_layer_norm_matches_oracle_on_every_isa() {
             eps: c.eps,
         };
         let h = reference::residual(&c.x, &c.r, c.bias.as_deref(), c.alpha, c.d);
-        for k in all_kernels() {
+        for k in with_both_stores() {
             let (y, got_h, stats) = run_add(&k, &c, false);
             if let Some(got_h) = &got_h {
                 check_h(&k, &h, got_h)?;
@@ -406,7 +415,7 @@ fn rms_norm_matches_oracle_on_every_isa() {
             gain: c.gain.as_deref(),
             eps: c.eps,
         };
-        for k in all_kernels() {
+        for k in with_both_stores() {
             let mut buf = misaligned(&c.x, c.offset);
             let y = if c.inplace {
                 k.rms_norm_inplace(&mut buf[c.offset..], c.d, &opts).unwrap();
@@ -429,7 +438,7 @@ fn add_rms_norm_matches_oracle_on_every_isa() {
     run_prop("add_rms_norm", 200, add_case(), |c| {
         let c = AddCase { mode: c.mode % 3, ..c };
         let h = reference::residual(&c.x, &c.r, c.bias.as_deref(), c.alpha, c.d);
-        for k in all_kernels() {
+        for k in with_both_stores() {
             let (y, got_h, _) = run_add(&k, &c, true);
             if let Some(got_h) = &got_h {
                 check_h(&k, &h, got_h)?;
@@ -825,6 +834,79 @@ fn short_rows_with_hard_rows_among_them() {
                 reference::check_rms_norm(&h, d, opts.gamma, 1e-5, &y).unwrap();
             }
             rms_and_f16(&k, &x, d, &gamma, &beta);
+        }
+    }
+}
+
+/// Streaming stores change where `y` goes, never a bit of it: every form, on every ISA, with
+/// rows long enough to stream (`d ≥ 512`), `y` at several alignments, rows by pairs
+/// (`d ≥ 4096`, 2¹⁸ elements), and rows taking the f64 path (a NaN, ±10³⁰) among them.
+#[test]
+fn streaming_stores_change_no_bit() {
+    let mut g = Normal(0x9e37_79b9_7f4a_7c15);
+    for (d, rows) in [
+        (512usize, 3usize),
+        (515, 4),
+        (1000, 5),
+        (1024, 3),
+        (4096, 64),
+        (4097, 65),
+    ] {
+        let n = d * rows;
+        let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
+        x[d + 7] = f32::NAN;
+        for j in 0..d {
+            x[2 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
+        }
+        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
+        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
+        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        for k in all_kernels() {
+            let (cached, streamed) = (k.with_stores(Stores::Cached), k.with_stores(Stores::Streaming));
+            let what = |form: &str| format!("{} {form} d {d}", k.isa());
+            for (offset, mode) in [(0, 0), (1, 0), (4, 1), (9, 2), (2, 0)] {
+                let c = LnCase {
+                    x: x.clone(),
+                    d,
+                    gamma: Some(gamma.clone()),
+                    beta: (offset != 2).then(|| beta.clone()),
+                    eps: 1e-5,
+                    offset,
+                    mode,
+                };
+                let (want, want_stats) = run_layer_norm(&cached, &c);
+                let (got, got_stats) = run_layer_norm(&streamed, &c);
+                let form = what(&format!("layer_norm offset {offset} mode {mode}"));
+                assert!(same_bits_f32(&got, &want), "{form}");
+                assert_eq!(format!("{got_stats:?}"), format!("{want_stats:?}"), "{form}");
+            }
+            for mode in 0..4 {
+                let c = AddCase {
+                    x: x.clone(),
+                    r: r.clone(),
+                    bias: Some(bias.clone()),
+                    alpha: 0.75,
+                    d,
+                    gamma: Some(gamma.clone()),
+                    beta: Some(beta.clone()),
+                    eps: 1e-5,
+                    mode,
+                };
+                for rms in [false, true] {
+                    let (want, want_h, want_stats) = run_add(&cached, &c, rms);
+                    let (got, got_h, got_stats) = run_add(&streamed, &c, rms);
+                    let form = what(&format!("add (rms {rms}) mode {mode}"));
+                    assert!(same_bits_f32(&got, &want), "{form}");
+                    assert_eq!(got_h.is_some(), want_h.is_some(), "{form}");
+                    if let (Some(got_h), Some(want_h)) = (got_h, want_h) {
+                        assert!(same_bits_f32(&got_h, &want_h), "{form}: h");
+                    }
+                    assert_eq!(format!("{got_stats:?}"), format!("{want_stats:?}"), "{form}");
+                }
+            }
+            let (y, _, _) = rms_and_f16(&streamed, &x, d, &gamma, &beta);
+            let (want, _, _) = rms_and_f16(&cached, &x, d, &gamma, &beta);
+            assert!(same_bits_f32(&y, &want), "{}", what("rms_norm"));
         }
     }
 }

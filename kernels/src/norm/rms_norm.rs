@@ -1,7 +1,7 @@
 //! RMSNorm and the fused Add & RMSNorm.
 
 use super::layer_norm::{NormArgs, NormCall, NormKind, RowOp};
-use super::{for_each_vector, load_n, rstd_of, store_n, sum_squares, Pending, Residual, RowStats, Source, Values};
+use super::{load_n, rstd_of, sum_squares, write_span, Output, Pending, Residual, RowStats, Source, Values};
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
 use crate::{Element, Error};
@@ -150,6 +150,8 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
             y,
             gain: call.gamma,
             rstd: s.splat(rstd as f32),
+            stream: call.stream,
+            d: call.d,
         })
     }
 
@@ -174,22 +176,31 @@ pub(crate) struct Scale<S: Simd, E, V, const GAIN: bool> {
     y: *mut E,
     gain: *const f32,
     rstd: S::V,
+    /// Whether `y` is written with streaming stores.
+    stream: bool,
+    d: usize,
 }
 
 impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S, E, V, GAIN> {
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
-        let (h, y, gain) = (&self.h, self.y, self.gain);
-        for_each_vector!(S::LANES, n, |j, m| {
-            let at = i + j;
-            // SAFETY: `at + m ≤ d` for every operand; `h[at..]` is read before `y[at..]` is
-            // written.
-            unsafe {
-                let v = s.mul(h.get(s, at, m), self.rstd);
-                let v = if GAIN { s.mul(v, load_n(s, gain, at, m)) } else { v };
-                store_n(s, y, at, m, v);
+        // SAFETY: forwarded; `y` covers the row.
+        unsafe { write_span(s, self, self.y, self.d, i, n, self.stream) }
+    }
+}
+
+impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Output<S> for Scale<S, E, V, GAIN> {
+    #[inline(always)]
+    unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: `i + n ≤ d` for every operand; `h[i..]` is read before `y[i..]` is written.
+        unsafe {
+            let v = s.mul(self.h.get(s, i, n), self.rstd);
+            if GAIN {
+                s.mul(v, load_n(s, self.gain, i, n))
+            } else {
+                v
             }
-        });
+        }
     }
 }
 
