@@ -74,6 +74,9 @@ pub struct Case {
     pub y_len: usize,
     /// Elements produced per call (for Gelem/s).
     pub elements: usize,
+    /// Whether the kernel honours [`kernels::Stores`]: where [`Kernels::streams`] says it
+    /// writes around the caches at this size, it is held against a copy that does too.
+    pub streams: bool,
     /// FLOPs per call, for kernels where the count means something (GEMM-like ones).
     pub flops: Option<f64>,
     /// The roofline the case is held against.
@@ -110,6 +113,7 @@ impl Case {
             x_len: len,
             y_len: len,
             elements: len,
+            streams: false,
             flops: None,
             rule: Rule::CopyBeyondL2ElseExp,
             input: Box::new(input),
@@ -215,7 +219,7 @@ pub struct Context {
 enum Contender {
     Plain,
     Kernel(Kernels),
-    Copy(Isa),
+    Copy(Isa, Stores),
     Exp(Kernels),
     Fma(Isa),
 }
@@ -225,7 +229,7 @@ impl Contender {
         match self {
             Contender::Plain => "plain Rust".to_string(),
             Contender::Kernel(k) => format!("kernel on {}", k.isa()),
-            Contender::Copy(isa) => roofline::copy_name(*isa, Stores::Ordinary),
+            Contender::Copy(isa, stores) => roofline::copy_name(*isa, *stores),
             Contender::Exp(k) => format!("exp({})", k.isa()),
             Contender::Fma(isa) => roofline::fma_name(*isa),
         }
@@ -239,10 +243,10 @@ fn run(case: &Case, c: Contender, pair: &mut Pair) -> Result<(), String> {
     match c {
         Contender::Plain => (case.plain)(x, y),
         Contender::Kernel(k) => (case.run)(k, x, y).map_err(|e| e.to_string())?,
-        Contender::Copy(isa) => {
+        Contender::Copy(isa, stores) => {
             let m = x.len().min(y.len());
-            if !roofline::copy(isa, Stores::Ordinary, &x[..m], &mut y[..m]) {
-                return Err(format!("no copy with ordinary stores for {isa}"));
+            if !roofline::copy(isa, stores, &x[..m], &mut y[..m]) {
+                return Err(format!("no {} for {isa}", roofline::copy_name(isa, stores)));
             }
         }
         Contender::Exp(k) => k.exp(x, y).map_err(|e| e.to_string())?,
@@ -322,11 +326,20 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         return Err(fail("Rule::Fma needs a FLOP count".to_string()));
     }
 
+    // The copy stores as the kernel does: streaming where it streams its output.
+    let copy_stores = |k: Kernels| {
+        if case.streams && k.streams(case.bytes()) {
+            Stores::Streaming
+        } else {
+            Stores::Ordinary
+        }
+    };
+
     let n_isa = ctx.kernels.len();
     let mut contenders = vec![Contender::Plain];
     contenders.extend(ctx.kernels.iter().map(|&k| Contender::Kernel(k)));
     contenders.extend(ctx.kernels.iter().map(|&k| match roof {
-        Roof::Copy => Contender::Copy(k.isa()),
+        Roof::Copy => Contender::Copy(k.isa(), copy_stores(k)),
         Roof::Exp => Contender::Exp(k),
         Roof::Fma => Contender::Fma(k.isa()),
     }));
@@ -355,7 +368,7 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         .position(|k| k.isa() == Isa::Scalar)
         .ok_or_else(|| fail("the scalar path is not among the measured ISAs".to_string()))?;
     let roof_name = |k: Kernels| match roof {
-        Roof::Copy => roofline::copy_name(k.isa(), Stores::Ordinary),
+        Roof::Copy => roofline::copy_name(k.isa(), copy_stores(k)),
         Roof::Exp => format!("exp({})", k.isa()),
         Roof::Fma => roofline::fma_name(k.isa()),
     };

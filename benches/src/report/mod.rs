@@ -402,7 +402,8 @@ columns: GB/s counts the bytes an ideal kernel moves (x read once + y written on
          kernel's documented error bound.
 roofline: softmax-like rows (softmax, sigmoid, swish) whose working set (x + y) exceeds L2, and exp rows: a copy
          of the same bytes with that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not
-         memcpy, which may switch to non-temporal stores); other rows: exp(ISA), the bare vectorized Kernels::exp
+         memcpy, which may switch to non-temporal stores), or streaming stores for the norm rows whose kernel
+         streams its output (kernels::Kernels::streams at the row's working set); other rows: exp(ISA), the bare vectorized Kernels::exp
          of that ISA from x to y. Attention rows: fma peak(ISA), timed in the case's rounds, its fastest round
          (a hardware limit: noise only slows it) scaled to the row's FLOPs; xroof = that / the kernel's median. The scalar and plain rows use the scalar ISA's (baseline
          vectors: sse2/neon). `roofline` rows: the FMA peak (independent accumulators) and copy bandwidth (bytes

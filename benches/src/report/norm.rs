@@ -13,8 +13,11 @@
 //! Shapes: rows of d ∈ {64, 256, 1024, 4096} in cache (16 Ki elements: x + y = 128 KiB), and
 //! beyond L2 (4096×1024, 1024×4096: 16 MiB per operand). Every row is held against the copy
 //! roofline of its bytes, in cache too (a norm has no exp to compare with): layer_norm and
-//! rms_norm read x and write y; add_ln_h and add+ln read x and r and write y and h; add_ln reads x and r and writes y. The operands of the add forms are packed into
-//! the case's one input and one output buffer (`[x | r]`, `[y | h]`).
+//! rms_norm read x and write y; add_ln_h and add+ln read x and r and write y and h; add_ln
+//! reads x and r and writes y. The operands of the add forms are packed into the case's one
+//! input and one output buffer (`[x | r]`, `[y | h]`). Where the f32 kernel of an ISA streams
+//! its output ([`Kernels::streams`] at the row's bytes: beyond the last-level cache), the copy
+//! streams too, so that both gain the same from the input staying in cache between calls.
 //!
 //! γ is uniform in [0.5, 1.5), β in [−0.5, 0.5) (the gain of rms_norm as γ), ε = 1e−5; inputs
 //! uniform in [−2, 2) plus a per-row offset in [−4, 4). The plain versions ([`plain_layer_norm`]
@@ -118,22 +121,25 @@ fn layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
     let n = rows * d;
     let (g, b) = affine(d);
     let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
-    let case = Case::elementwise_as::<E>(
-        "layer_norm",
-        format!("{rows}x{d}"),
-        n,
-        move || rows_input(rows, d, 0x5eed_0310),
-        move |k: Kernels, x: &[E], y: &mut [E]| {
-            let opts = LayerNormOptions {
-                gamma: Some(&g1),
-                beta: Some(&b1),
-                eps: EPS,
-            };
-            k.layer_norm(x, y, d, &opts)
-        },
-        move |x, y| plain_layer_norm(x, y, d, &g2, &b2, EPS),
-        move |x| reference::layer_norm(x, d, Some(&g3), Some(&b3), EPS).y,
-    );
+    let case = Case {
+        streams: <E as Element>::NAME == "f32",
+        ..Case::elementwise_as::<E>(
+            "layer_norm",
+            format!("{rows}x{d}"),
+            n,
+            move || rows_input(rows, d, 0x5eed_0310),
+            move |k: Kernels, x: &[E], y: &mut [E]| {
+                let opts = LayerNormOptions {
+                    gamma: Some(&g1),
+                    beta: Some(&b1),
+                    eps: EPS,
+                };
+                k.layer_norm(x, y, d, &opts)
+            },
+            move |x, y| plain_layer_norm(x, y, d, &g2, &b2, EPS),
+            move |x| reference::layer_norm(x, d, Some(&g3), Some(&b3), EPS).y,
+        )
+    };
     checked(case, move |x, y| {
         let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
         reference::check_layer_norm(x, d, Some(&g), Some(&b), EPS, y, None, None).is_ok()
@@ -217,21 +223,24 @@ fn rms_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
     let n = rows * d;
     let g = affine(d).0;
     let (g1, g2, g3) = (g.clone(), g.clone(), g.clone());
-    let case = Case::elementwise_as::<E>(
-        "rms_norm",
-        format!("{rows}x{d}"),
-        n,
-        move || rows_input(rows, d, 0x5eed_0313),
-        move |k: Kernels, x: &[E], y: &mut [E]| {
-            let opts = RmsNormOptions {
-                gain: Some(&g1),
-                eps: EPS,
-            };
-            k.rms_norm(x, y, d, &opts)
-        },
-        move |x, y| plain_rms_norm(x, y, d, &g2, EPS),
-        move |x| reference::rms_norm(x, d, Some(&g3), EPS).y,
-    );
+    let case = Case {
+        streams: <E as Element>::NAME == "f32",
+        ..Case::elementwise_as::<E>(
+            "rms_norm",
+            format!("{rows}x{d}"),
+            n,
+            move || rows_input(rows, d, 0x5eed_0313),
+            move |k: Kernels, x: &[E], y: &mut [E]| {
+                let opts = RmsNormOptions {
+                    gain: Some(&g1),
+                    eps: EPS,
+                };
+                k.rms_norm(x, y, d, &opts)
+            },
+            move |x, y| plain_rms_norm(x, y, d, &g2, EPS),
+            move |x| reference::rms_norm(x, d, Some(&g3), EPS).y,
+        )
+    };
     checked(case, move |x, y| {
         let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
         reference::check_rms_norm(x, d, Some(&g), EPS, y).is_ok()
@@ -388,6 +397,7 @@ fn add_layer_norm(rows: usize, d: usize, with_h: bool) -> Custom {
     let y_len = if with_h { 2 * n } else { n };
     let case = Case {
         rule: Rule::Copy,
+        streams: true,
         x_len: 2 * n,
         y_len,
         elements: n,
@@ -453,6 +463,7 @@ fn add_then_layer_norm(rows: usize, d: usize) -> Custom {
     let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
     let case = Case {
         rule: Rule::Copy,
+        streams: true,
         x_len: 2 * n,
         y_len: 2 * n,
         elements: n,
