@@ -176,7 +176,13 @@ impl Kernels {
         )?;
         check_opt("beta", a.beta, a.d, "d")?;
         check_eps(a.eps)?;
-        let stream = E::IS_F32 && a.d >= STREAM_MIN_D && self.streams(working_set(&a, x, len));
+        // Rows by pairs that also store `h` (an `h` output, or `x` in place) lost 4–9% with `y`
+        // streamed (AVX-512, 1024×4096, add_layer_norm with `h`), where every other form gained.
+        let stores_h = a.add.is_some() && a.h.is_some();
+        let stream = E::IS_F32
+            && a.d >= STREAM_MIN_D
+            && !(stores_h && by_pairs(a.gamma.is_some() || a.beta.is_some(), rows, a.d))
+            && self.streams(working_set(&a, x, len));
         let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), rows, "rows")?;
         check_opt("rstd", rstd.as_deref(), rows, "rows")?;
@@ -424,8 +430,7 @@ unsafe fn sources<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
 /// As [`norm_rows`].
 #[inline(always)]
 unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
-    let params = !(call.gamma.is_null() && call.beta.is_null());
-    if params && call.d >= PAIR_MIN_D && call.rows * call.d >= PAIR_MIN_ELEMENTS {
+    if by_pairs(!(call.gamma.is_null() && call.beta.is_null()), call.rows, call.d) {
         // SAFETY: forwarded.
         unsafe { each_pair::<S, E, Op, R>(s, call) };
         return;
@@ -475,6 +480,12 @@ fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
             *call.rstd.add(row) = rstd;
         }
     }
+}
+
+/// Whether a call of `rows` rows of `d` values, with parameters (`γ`, `β` or a gain) or not,
+/// goes through the row loop by pairs ([`each_pair`]).
+fn by_pairs(params: bool, rows: usize, d: usize) -> bool {
+    params && d >= PAIR_MIN_D && rows * d >= PAIR_MIN_ELEMENTS
 }
 
 /// Rows at least this long, with `γ`, `β` or a gain, go through the row loop by pairs

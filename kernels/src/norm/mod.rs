@@ -105,14 +105,22 @@
 //! the end of the next row is prefetched (see `write_span`). The add forms without an `h`
 //! output then rebuild `h` from `x` and `r` in the normalize sweep instead of keeping it in
 //! `y` between the sweeps; the `h` output itself, which the normalize sweep reads back, is
-//! stored ordinarily. Measured at 4096×1024 on AVX-512 (16 MiB per operand, best of 5
-//! alternating runs against ordinary stores): LayerNorm 1.6× with `y` aligned, 1.5× with `x`
-//! and `y` 16 bytes off alignment (as `malloc` returns large blocks); RMSNorm with a gain at
-//! 1024×4096 1.7× and 1.6×; add_layer_norm without `h` 1.4×, with `h` 1.4× at 4096×1024
-//! and 1.0× at 1024×4096; AVX2 LayerNorm 1.5× (4096×1024) and 1.1× (1024×4096). Part of the
-//! gain on a repeated call is that `x`, no longer evicted by `y`, stays in the last-level
-//! cache: the report holds these rows against a copy with streaming stores, which gains the
-//! same way.
+//! stored ordinarily, and the add forms that store `h` (an `h` output, or in place) do not
+//! stream at all when their rows go by pairs, where streaming lost 4–9%.
+//!
+//! Measured against ordinary stores, AVX-512, 16 MiB per operand, best of 5 alternating runs
+//! of back-to-back calls:
+//! - LayerNorm at 4096×1024: 1.6× with `y` aligned, 1.5× with `x` and `y` 16 bytes off
+//!   alignment (as `malloc` returns large blocks);
+//! - RMSNorm with a gain at 1024×4096: 1.7× aligned, 1.6× 16 bytes off;
+//! - add_layer_norm without `h`: 1.37× at 4096×1024 and 1.08× at 1024×4096;
+//! - add_layer_norm with `h`: 1.2–1.3× at 4096×1024;
+//! - on AVX2, LayerNorm: 1.5× at 4096×1024 and 1.1× at 1024×4096.
+//!
+//! Part of the gain on back-to-back calls is that `x`, no longer evicted by `y`, stays in the
+//! last-level cache. With the caches flushed between calls, LayerNorm gained 1.15× and 1.44×
+//! (4096×1024, 1024×4096) and RMSNorm 1.38× and 1.09×. The report holds these rows against a
+//! copy with streaming stores, which gains the same way.
 //!
 //! # Error bound
 //!
