@@ -7,7 +7,7 @@ mod common;
 
 use common::{all_kernels, misaligned_as, narrow, row_len, value, Half};
 use kernels::half::{bf16, f16};
-use kernels::{Kernels, MaskedRows, SoftmaxOptions};
+use kernels::{available_isas, Kernels, MaskedRows, SoftmaxOptions};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -249,4 +249,81 @@ fn widen_and_narrow_check_lengths() {
     kernels::widen(&[f16::ONE, f16::MAX, f16::NAN], &mut wide).unwrap();
     assert_eq!(wide[..2], [1.0, 65504.0]);
     assert!(wide[2].is_nan());
+}
+
+/// Every f16 and bf16 bit pattern survives widen → narrow on every ISA (NaN as a NaN), and
+/// the narrowing of f32 values around every rounding boundary matches `half` (RNE).
+#[test]
+fn conversions_match_half_on_every_isa() {
+    for isa in available_isas() {
+        let k = Kernels::for_isa(isa).unwrap();
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let f16s: Vec<f16> = all.iter().map(|&b| f16::from_bits(b)).collect();
+        let bf16s: Vec<bf16> = all.iter().map(|&b| bf16::from_bits(b)).collect();
+        let mut wide = vec![0.0f32; all.len()];
+        k.widen(&f16s, &mut wide).unwrap();
+        for (h, w) in f16s.iter().zip(&wide) {
+            assert!(
+                h.to_f32().to_bits() == w.to_bits() || (h.is_nan() && w.is_nan()),
+                "{isa}: f16 {h:?}"
+            );
+        }
+        let mut back = vec![f16::ZERO; all.len()];
+        k.narrow(&wide, &mut back).unwrap();
+        for (h, b) in f16s.iter().zip(&back) {
+            assert!(
+                h.to_bits() == b.to_bits() || (h.is_nan() && b.is_nan()),
+                "{isa}: f16 {h:?}"
+            );
+        }
+        k.widen(&bf16s, &mut wide).unwrap();
+        for (h, w) in bf16s.iter().zip(&wide) {
+            assert!(
+                h.to_f32().to_bits() == w.to_bits() || (h.is_nan() && w.is_nan()),
+                "{isa}: bf16 {h:?}"
+            );
+        }
+        let mut back = vec![bf16::ZERO; all.len()];
+        k.narrow(&wide, &mut back).unwrap();
+        for (h, b) in bf16s.iter().zip(&back) {
+            assert!(
+                h.to_bits() == b.to_bits() || (h.is_nan() && b.is_nan()),
+                "{isa}: bf16 {h:?}"
+            );
+        }
+        // f32 values at, just below and just above every halfway point between
+        // neighbouring values of each type, and a sweep of bit patterns with every tail.
+        let mut xs = Vec::new();
+        for b in (0..=u32::MAX).step_by(65_537) {
+            xs.push(f32::from_bits(b));
+        }
+        for b in 0..=u16::MAX {
+            for base in [(b as u32) << 16, ((b as u32) << 13) + (112 << 23)] {
+                for off in [0x7fffu32, 0x8000, 0x8001, 0xfff, 0x1000, 0x1001] {
+                    xs.push(f32::from_bits(base.wrapping_add(off)));
+                }
+            }
+        }
+        let mut got16 = vec![f16::ZERO; xs.len()];
+        let mut gotb = vec![bf16::ZERO; xs.len()];
+        k.narrow(&xs, &mut got16).unwrap();
+        k.narrow(&xs, &mut gotb).unwrap();
+        for (i, &x) in xs.iter().enumerate() {
+            let (w16, wb) = (f16::from_f32(x), bf16::from_f32(x));
+            assert!(
+                got16[i].to_bits() == w16.to_bits() || (x.is_nan() && got16[i].is_nan()),
+                "{isa}: f16 of {x:e} ({:#x}): {:#x} != {:#x}",
+                x.to_bits(),
+                got16[i].to_bits(),
+                w16.to_bits()
+            );
+            assert!(
+                gotb[i].to_bits() == wb.to_bits() || (x.is_nan() && gotb[i].is_nan()),
+                "{isa}: bf16 of {x:e} ({:#x}): {:#x} != {:#x}",
+                x.to_bits(),
+                gotb[i].to_bits(),
+                wb.to_bits()
+            );
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use kernels::{available_isas, best_isa, Error, Isa, Kernels};
+use kernels::{available_isas, best_isa, last_level_cache, Error, Isa, Kernels, Stores};
 
 /// Paths that are silently never dispatched hide bugs: every ISA the CPU has (read from
 /// `/proc/cpuinfo`, not from the crate's detection) must be available, hence exercised by the
@@ -82,4 +82,48 @@ fn detected_is_cached_and_thread_safe() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(seen.iter().all(|s| *s == first));
+}
+
+/// `Kernels::streams` follows the `Stores` setting and the last-level cache, on the ISAs that
+/// have streaming stores (AVX2, AVX-512); the others never stream.
+#[test]
+fn the_choice_follows_the_setting_and_the_cache() {
+    for k in common::all_kernels() {
+        let has = matches!(k.isa(), Isa::Avx2 | Isa::Avx512);
+        assert_eq!(k.stores(), Stores::Auto, "{}", k.isa());
+        assert!(!k.with_stores(Stores::Cached).streams(usize::MAX));
+        assert_eq!(k.with_stores(Stores::Streaming).streams(0), has, "{}", k.isa());
+        match last_level_cache() {
+            Some(llc) => {
+                assert!(llc >= 1 << 16, "a last-level cache of {llc} bytes");
+                assert!(!k.streams(llc - 1));
+                assert_eq!(k.streams(llc), has, "{}", k.isa());
+            }
+            None => assert!(!k.streams(usize::MAX)),
+        }
+    }
+}
+
+/// On Linux the kernel's own description of the caches is at hand: CPUID must agree with it.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn cpuid_agrees_with_sysfs() {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
+        return;
+    };
+    let largest = dir
+        .flatten()
+        .filter_map(|e| {
+            let read = |name: &str| std::fs::read_to_string(e.path().join(name)).ok();
+            if read("type")?.trim() == "Instruction" {
+                return None;
+            }
+            let size = read("size")?;
+            let kib: usize = size.trim().strip_suffix('K')?.parse().ok()?;
+            Some(kib << 10)
+        })
+        .max();
+    if let Some(sysfs) = largest {
+        assert_eq!(last_level_cache(), Some(sysfs));
+    }
 }
