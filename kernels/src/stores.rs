@@ -12,12 +12,11 @@ use std::sync::OnceLock;
 /// How the kernels that honour it write their outputs; see [`Kernels::with_stores`].
 ///
 /// Honoured by the f32 outputs `y` of the LayerNorm and RMSNorm family (`layer_norm`,
-/// `add_layer_norm`, `rms_norm`, `add_rms_norm` and their in-place and `with_stats` forms)
-/// on AVX2 and AVX-512, in rows of at least 512 values. The scalar and NEON paths, the half
-/// types, the `h` output of the add forms (which the kernel reads back at once) and every
-/// other kernel always store ordinarily; so do the add forms that store `h` when their rows
-/// go by pairs (`d ≥ 4096` with parameters, where streaming `y` was measured slower). The
-/// kernel module docs (`norm`) give the measurements.
+/// `add_layer_norm`, `rms_norm`, `add_rms_norm` and their in-place and `with_stats` forms),
+/// and by the `h` output of the add forms, on AVX2 and AVX-512, in rows of at least 512
+/// values. The scalar and NEON paths, the half types, the in-place `h` (written over the `x`
+/// just read) and every other kernel always store ordinarily. The kernel module docs
+/// (`norm`) give the measurements.
 /// The choice changes where the output is in the memory hierarchy, never its value: the
 /// results are the same bit for bit.
 ///

@@ -397,9 +397,7 @@ fn add_layer_norm(rows: usize, d: usize, with_h: bool) -> Custom {
     let y_len = if with_h { 2 * n } else { n };
     let case = Case {
         rule: Rule::Copy,
-        // The kernel does not stream `y` where it stores `h` by pairs of rows (d ≥ 4096 with γ,
-        // β; the norm module docs of `kernels` say why): the copy then stores ordinarily too.
-        streams: !(with_h && d >= 4096),
+        streams: true,
         x_len: 2 * n,
         y_len,
         elements: n,

@@ -93,6 +93,11 @@ pub(crate) struct NormCall<E> {
     ///
     /// [`Stores`]: crate::Stores
     pub stream: bool,
+    /// Whether the normalize sweeps also write the `h` output (f32, not `x`) with streaming
+    /// stores, rebuilding it from the inputs; see [`AddResidual::stream_h`].
+    ///
+    /// [`AddResidual::stream_h`]: super::AddResidual::stream_h
+    pub stream_h: bool,
 }
 
 /// The arguments of a norm call before validation.
@@ -176,13 +181,9 @@ impl Kernels {
         )?;
         check_opt("beta", a.beta, a.d, "d")?;
         check_eps(a.eps)?;
-        // Rows by pairs that also store `h` (an `h` output, or `x` in place) lost 4–9% with `y`
-        // streamed (AVX-512, 1024×4096, add_layer_norm with `h`), where every other form gained.
-        let stores_h = a.add.is_some() && a.h.is_some();
-        let stream = E::IS_F32
-            && a.d >= STREAM_MIN_D
-            && !(stores_h && by_pairs(a.gamma.is_some() || a.beta.is_some(), rows, a.d))
-            && self.streams(working_set(&a, x, len));
+        let stream = E::IS_F32 && a.d >= STREAM_MIN_D && self.streams(working_set(&a, x, len));
+        // A separate `h` output is streamed too; in place, `h` goes where `x` was just read.
+        let stream_h = stream && a.add.is_some() && a.h.is_some_and(|(h, _)| h.cast_const() != x);
         let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), rows, "rows")?;
         check_opt("rstd", rstd.as_deref(), rows, "rows")?;
@@ -211,6 +212,7 @@ impl Kernels {
             d: a.d,
             eps: a.eps,
             stream,
+            stream_h,
         };
         if rows > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
@@ -689,7 +691,10 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pen
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
         // SAFETY: forwarded; `y` covers the row.
-        unsafe { write_span(s, self, self.y, self.d, i, n, self.stream) }
+        unsafe {
+            self.h.write_h(s, self.d, i, n);
+            write_span(s, self, self.y, self.d, i, n, self.stream)
+        }
     }
 }
 

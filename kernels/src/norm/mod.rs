@@ -102,11 +102,11 @@
 //! working set (`x`, `r`, `y` and `h` where they are distinct) is at least the last-level
 //! cache and rows of at least 512 values. Only whole, vector-aligned lines are streamed;
 //! the partial lines where a row's ends are not aligned are stored ordinarily, and the one at
-//! the end of the next row is prefetched (see `write_span`). The add forms without an `h`
-//! output then rebuild `h` from `x` and `r` in the normalize sweep instead of keeping it in
-//! `y` between the sweeps; the `h` output itself, which the normalize sweep reads back, is
-//! stored ordinarily, and the add forms that store `h` (an `h` output, or in place) do not
-//! stream at all when their rows go by pairs, where streaming lost 4–9%.
+//! the end of the next row is prefetched (see `write_span`). The add forms then build `h`
+//! from `x` and `r` again in the normalize sweep instead of reading it back: without an `h`
+//! output, `h` is no longer kept in `y` between the sweeps; with one, the normalize sweep
+//! streams the `h` output too, ahead of `y`, each on its own alignment. In place, `h` is
+//! still stored by the statistics sweep, over the `x` it has just read (in cache).
 //!
 //! Measured against ordinary stores, AVX-512, 16 MiB per operand, best of 5 alternating runs
 //! of back-to-back calls:
@@ -114,8 +114,13 @@
 //!   alignment (as `malloc` returns large blocks);
 //! - RMSNorm with a gain at 1024×4096: 1.7× aligned, 1.6× 16 bytes off;
 //! - add_layer_norm without `h`: 1.37× at 4096×1024 and 1.08× at 1024×4096;
-//! - add_layer_norm with `h`: 1.2–1.3× at 4096×1024;
-//! - on AVX2, LayerNorm: 1.5× at 4096×1024 and 1.1× at 1024×4096.
+//! - add_layer_norm with `h`: 1.36× at 1024×4096 (rows by pairs). Against streaming `y`
+//!   alone, with `h` stored by the statistics sweep (which lost 4–9% by pairs, so that the
+//!   pairs did not stream at all): 1.28× at 4096×1024 and 1.33× at 1024×4096, and 1.31× and
+//!   1.48× with `x` and `y` 16 bytes off (the `h` output 16 bytes off throughout);
+//! - add_layer_norm in place: 1.56× at 4096×1024, 1.45× at 1024×4096;
+//! - on AVX2, LayerNorm: 1.5× at 4096×1024 and 1.1× at 1024×4096; add_layer_norm with `h`
+//!   1.43× and 1.25×, in place 1.44× and 1.25×.
 //!
 //! Part of the gain on back-to-back calls is that `x`, no longer evicted by `y`, stays in the
 //! last-level cache. With the caches flushed between calls, LayerNorm gained 1.15× and 1.44×
@@ -298,6 +303,16 @@ pub(crate) trait Values<S: Simd>: Copy {
     /// # Safety
     /// `i + n ≤ d`; called once per span, in the normalize sweep.
     unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V;
+    /// Writes the span `i..i + n` of the `h` output of a row of `d` values where the normalize
+    /// sweep streams it (see [`AddResidual::stream_h`]), before `y` is written there; else
+    /// nothing.
+    ///
+    /// # Safety
+    /// As [`write_span`].
+    #[inline(always)]
+    unsafe fn write_h(&self, s: S, d: usize, i: usize, n: usize) {
+        let _ = (s, d, i, n);
+    }
     /// `h_j`, for the f64 path (which may call it several times per `j`).
     ///
     /// # Safety
@@ -420,9 +435,10 @@ impl<S: Simd, E: Element> Values<S> for Reread<E> {
 
 /// `h = α·x + (r + b)` (one FMA, after one addition when there is a bias), from the inputs
 /// widened exactly. For f32, `h` is stored to `h` as it is produced and the normalize sweep
-/// reads it back; for a half type, or f32 with `h` null, nothing is stored here: the normalize
-/// sweep rebuilds the same f32 `h` and writes the `h` output (if any) rounded once. `h` may equal `x` (the in-place
-/// forms): each vector is read before it is written.
+/// reads it back. Elsewhere nothing is stored here, and the normalize sweep rebuilds the same
+/// f32 `h` from the inputs: for a half type, which writes the `h` output (if any) rounded
+/// once; for f32 with `h` null; and for f32 with `stream_h`, which streams the `h` output.
+/// `h` may equal `x` (the in-place forms): each vector is read before it is written.
 pub(crate) struct AddResidual<S: Simd, E, const BIAS: bool> {
     pub x: *const E,
     pub r: *const E,
@@ -432,6 +448,10 @@ pub(crate) struct AddResidual<S: Simd, E, const BIAS: bool> {
     /// output, and `y` streamed: scratch lines in `y` would be cached, then overwritten); for
     /// a half type: the `h` output, or null.
     pub h: *mut E,
+    /// f32 only: the `h` output (not `x`) is written by the normalize sweep, ahead of `y`,
+    /// with streaming stores, instead of by the statistics sweep: its lines are then never
+    /// read from memory before being overwritten.
+    pub stream_h: bool,
     pub alpha: f32,
     pub alpha_v: S::V,
     /// As [`Plain::ahead`].
@@ -450,7 +470,7 @@ impl<S: Simd, E: Element, const BIAS: bool> AddResidual<S, E, BIAS> {
     /// Whether the statistics sweep stores `h` for the normalize sweep to read back.
     #[inline(always)]
     fn stores_h(&self) -> bool {
-        E::IS_F32 && !self.h.is_null()
+        E::IS_F32 && !self.h.is_null() && !self.stream_h
     }
 
     #[inline(always)]
@@ -544,6 +564,7 @@ impl<S: Simd, E: Element, const BIAS: bool> RowSource<S, E> for AddResidual<S, E
                 r: call.r.add(off),
                 b: call.bias,
                 h: if call.h.is_null() { call.h } else { call.h.add(off) },
+                stream_h: call.stream_h,
                 alpha: call.alpha,
                 alpha_v: s.splat(call.alpha),
                 ahead: ahead_of(call, off),
@@ -563,11 +584,18 @@ impl<S: Simd, E: Element, const BIAS: bool> Values<S> for AddResidual<S, E, BIAS
                 load_n(s, self.h.cast_const(), i, n)
             } else {
                 let h = self.build(s, i, n);
-                if !self.h.is_null() {
+                if !(self.h.is_null() || self.stream_h) {
                     store_n(s, self.h, i, n, h);
                 }
                 h
             }
+        }
+    }
+    #[inline(always)]
+    unsafe fn write_h(&self, s: S, d: usize, i: usize, n: usize) {
+        if self.stream_h {
+            // SAFETY: forwarded; `h` is not `x`, so the inputs stay intact for `y`.
+            unsafe { write_span(s, &Rebuilt(*self), self.h, d, i, n, true) }
         }
     }
     #[inline(always)]
@@ -584,12 +612,23 @@ impl<S: Simd, E: Element, const BIAS: bool> Values<S> for AddResidual<S, E, BIAS
     }
     #[inline(always)]
     unsafe fn finish(&self, d: usize) {
-        if !E::IS_F32 && !self.h.is_null() {
+        if !(self.stores_h() || self.h.is_null()) {
             for j in 0..d {
                 // SAFETY: `j < d`; `x[j]` is read before `h[j]` (possibly `x[j]`) is written.
                 unsafe { *self.h.add(j) = E::from_f32(self.scalar(j)) };
             }
         }
+    }
+}
+
+/// The `h` of an [`AddResidual`] row built again from its inputs, as an [`Output`].
+struct Rebuilt<S: Simd, E, const BIAS: bool>(AddResidual<S, E, BIAS>);
+
+impl<S: Simd, E: Element, const BIAS: bool> Output<S> for Rebuilt<S, E, BIAS> {
+    #[inline(always)]
+    unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: forwarded.
+        unsafe { self.0.build(s, i, n) }
     }
 }
 

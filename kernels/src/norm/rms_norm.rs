@@ -185,7 +185,10 @@ impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
         // SAFETY: forwarded; `y` covers the row.
-        unsafe { write_span(s, self, self.y, self.d, i, n, self.stream) }
+        unsafe {
+            self.h.write_h(s, self.d, i, n);
+            write_span(s, self, self.y, self.d, i, n, self.stream)
+        }
     }
 }
 
