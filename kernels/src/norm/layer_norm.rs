@@ -141,7 +141,7 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
 /// streaming stores around them (measured on AVX-512, 16 MiB per operand: LayerNorm with
 /// `d = 64` 0.87× with `y` aligned, 0.45× 16 bytes off; `d = 256` 1.2× and 0.88×; `d = 512`
 /// 1.09× and 1.07×; `d = 1024` 1.6× and 1.5×).
-pub(crate) const STREAM_MIN_D: usize = 512;
+const STREAM_MIN_D: usize = 512;
 
 /// The bytes a norm call reads and writes: `x`, `r`, and the outputs `y` and `h` where they
 /// are not `x` itself.
