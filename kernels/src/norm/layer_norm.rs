@@ -93,11 +93,6 @@ pub(crate) struct NormCall<E> {
     ///
     /// [`Stores`]: crate::Stores
     pub stream: bool,
-    /// Whether the normalize sweeps also write the `h` output (f32, not `x`) with streaming
-    /// stores, rebuilding it from the inputs; see [`AddResidual::stream_h`].
-    ///
-    /// [`AddResidual::stream_h`]: super::AddResidual::stream_h
-    pub stream_h: bool,
 }
 
 /// The arguments of a norm call before validation.
@@ -182,8 +177,6 @@ impl Kernels {
         check_opt("beta", a.beta, a.d, "d")?;
         check_eps(a.eps)?;
         let stream = E::IS_F32 && a.d >= STREAM_MIN_D && self.streams(working_set(&a, x, len));
-        // A separate `h` output is streamed too; in place, `h` goes where `x` was just read.
-        let stream_h = stream && a.add.is_some() && a.h.is_some_and(|(h, _)| h.cast_const() != x);
         let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), rows, "rows")?;
         check_opt("rstd", rstd.as_deref(), rows, "rows")?;
@@ -212,7 +205,6 @@ impl Kernels {
             d: a.d,
             eps: a.eps,
             stream,
-            stream_h,
         };
         if rows > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
@@ -432,7 +424,8 @@ unsafe fn sources<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
 /// As [`norm_rows`].
 #[inline(always)]
 unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
-    if by_pairs(!(call.gamma.is_null() && call.beta.is_null()), call.rows, call.d) {
+    let params = !(call.gamma.is_null() && call.beta.is_null());
+    if params && call.d >= PAIR_MIN_D && call.rows * call.d >= PAIR_MIN_ELEMENTS {
         // SAFETY: forwarded.
         unsafe { each_pair::<S, E, Op, R>(s, call) };
         return;
@@ -482,12 +475,6 @@ fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
             *call.rstd.add(row) = rstd;
         }
     }
-}
-
-/// Whether a call of `rows` rows of `d` values, with parameters (`γ`, `β` or a gain) or not,
-/// goes through the row loop by pairs ([`each_pair`]).
-fn by_pairs(params: bool, rows: usize, d: usize) -> bool {
-    params && d >= PAIR_MIN_D && rows * d >= PAIR_MIN_ELEMENTS
 }
 
 /// Rows at least this long, with `γ`, `β` or a gain, go through the row loop by pairs

@@ -564,7 +564,9 @@ impl<S: Simd, E: Element, const BIAS: bool> RowSource<S, E> for AddResidual<S, E
                 r: call.r.add(off),
                 b: call.bias,
                 h: if call.h.is_null() { call.h } else { call.h.add(off) },
-                stream_h: call.stream_h,
+                // A separate `h` output (neither null nor `x`) of a streaming call; in place,
+                // `h` goes where `x` was just read, in cache.
+                stream_h: call.stream && !call.h.is_null() && call.h.cast_const() != call.x,
                 alpha: call.alpha,
                 alpha_v: s.splat(call.alpha),
                 ahead: ahead_of(call, off),
