@@ -11,6 +11,10 @@
 # FUZZ_NO_DEBUG_ASSERTIONS=1 builds the targets without debug assertions and overflow checks
 # (cargo fuzz -O), AddressSanitizer kept: about half the build time (5-5.5 min against 10.5
 # on a clean checkout), for the CI smoke run; longer runs keep them.
+#
+# FUZZ_BUILD_ONLY=1 builds the targets and stops: .ci/run builds them in the background while
+# other steps run (cargo-fuzz compiles with one codegen unit, so the build keeps one core busy
+# for 7-8 minutes), then runs this script again to fuzz.
 set -euo pipefail
 
 secs=${1:-60}
@@ -42,6 +46,9 @@ fi
 
 # Build every target first (ASan, release), so that the time budget is spent fuzzing.
 cargo "${toolchain[@]}" fuzz build "${build[@]}" --fuzz-dir fuzz
+if [ "${FUZZ_BUILD_ONLY:-}" = 1 ]; then
+  exit 0
+fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
