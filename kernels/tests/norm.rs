@@ -838,6 +838,67 @@ fn short_rows_with_hard_rows_among_them() {
     }
 }
 
+/// The f32 add forms with short rows go by blocks (the add for a block of rows, then the
+/// plain row loop over it) in calls that fit the last-level cache, and through the fused row
+/// loop beyond it. Both must give the same bits: the rows of a call beyond the cache are held
+/// against the same rows run alone. (Where no cache size is known, as off x86-64, every call
+/// goes by blocks and there is nothing to compare.)
+#[test]
+fn add_forms_by_blocks_match_the_row_loop_bit_for_bit() {
+    let Some(llc) = kernels::last_level_cache() else {
+        eprintln!("no last-level cache size: every call goes by blocks, nothing to compare");
+        return;
+    };
+    let mut g = Normal(0x2545_f491_4f6c_dd1d);
+    for d in [13usize, 64, 128] {
+        // Beyond the cache with three operands (the smallest working set of the add forms).
+        let rows = llc / (3 * 4 * d) + 1;
+        let few = 300.min(rows);
+        let n = d * rows;
+        let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
+        x[d + d / 2] = f32::NAN;
+        for j in 0..d {
+            x[2 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
+        }
+        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
+        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
+        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        for k in all_kernels() {
+            for mode in 0..4 {
+                let all = AddCase {
+                    x: x.clone(),
+                    r: r.clone(),
+                    bias: (mode != 1).then(|| bias.clone()),
+                    alpha: 0.75,
+                    d,
+                    gamma: Some(gamma.clone()),
+                    beta: Some(beta.clone()),
+                    eps: 1e-5,
+                    mode,
+                };
+                let part = AddCase {
+                    x: x[..few * d].to_vec(),
+                    r: r[..few * d].to_vec(),
+                    ..all.clone()
+                };
+                for rms in [false, true] {
+                    let form = format!("{} add (rms {rms}) mode {mode} d {d}", k.isa());
+                    let (big, big_h, big_stats) = run_add(&k, &all, rms);
+                    let (small, small_h, small_stats) = run_add(&k, &part, rms);
+                    assert!(same_bits_f32(&big[..few * d], &small), "{form}");
+                    if let (Some(big_h), Some(small_h)) = (big_h, small_h) {
+                        assert!(same_bits_f32(&big_h[..few * d], &small_h), "{form}: h");
+                    }
+                    if let (Some(big), Some(small)) = (big_stats, small_stats) {
+                        assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
+                        assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Streaming stores change where `y` goes, never a bit of it: every form, on every ISA, with
 /// rows long enough to stream (`d ≥ 512`), `y` at several alignments, rows by pairs
 /// (`d ≥ 4096`, 2¹⁸ elements), and rows taking the f64 path (a NaN, ±10³⁰) among them.
