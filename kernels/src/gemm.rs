@@ -303,7 +303,7 @@ pub(crate) unsafe fn store_n<S: Simd, E: Element>(s: S, p: *mut E, count: usize,
 
 /// `o[r][0..NV·LANES] = alpha[r]·o[r][..] + Σ_{j < keys} p[r·ldp + j]·v[j·ldv + ..]` for the
 /// `MR` rows: one column chunk of a rank-`keys` update (the `p·V` of attention), with the
-/// `MR × NV` chunk of `o` in registers.
+/// `MR × NV` chunk of `o` in registers. `alpha` absent is 1: `o` is loaded as it is.
 ///
 /// # Safety
 /// `p` covers `MR` rows of `ldp ≥ keys`; `v` covers `keys` rows of `NV·LANES` floats at
@@ -320,14 +320,21 @@ pub(crate) unsafe fn rank_update<S: Simd, const MR: usize, const NV: usize>(
     ldv: usize,
     o: *mut f32,
     ldo: usize,
-    alpha: &[S::V; MR],
+    alpha: Option<&[S::V; MR]>,
 ) {
     // SAFETY: every access is inside the regions of the contract.
     unsafe {
         let mut acc = [[s.splat(0.0); NV]; MR];
         for r in 0..MR {
             for c in 0..NV {
-                acc[r][c] = s.mul(s.load(o.add(r * ldo + c * S::LANES)), alpha[r]);
+                acc[r][c] = s.load(o.add(r * ldo + c * S::LANES));
+            }
+        }
+        if let Some(alpha) = alpha {
+            for r in 0..MR {
+                for c in 0..NV {
+                    acc[r][c] = s.mul(acc[r][c], alpha[r]);
+                }
             }
         }
         for j in 0..keys {

@@ -269,6 +269,8 @@ impl Block {
             // rare after the first tiles: the vector max of the tile is compared with it first,
             // and the horizontal reduction and the `exp` of the factor run only then.
             let mut alpha = [s.splat(1.0); MR];
+            // Whether some row's max changed: else `p·V` leaves the output rows unscaled.
+            let mut rescaled = false;
             let zero = s.splat(0.0);
             for r in 0..MR {
                 let mut tile_max = z[r][0];
@@ -282,6 +284,7 @@ impl Block {
                     alpha[r] = exp_nonpositive(s, s.splat(max[r] - shift));
                     sums[r] = s.mul(sums[r], alpha[r]);
                     max[r] = new_max;
+                    rescaled = true;
                 }
                 let shift = s.splat(if max[r] == f32::NEG_INFINITY { 0.0 } else { max[r] });
                 let mut sum = sums[r];
@@ -303,7 +306,7 @@ impl Block {
                     self.p_tile,
                     self.vp.add(j0 * self.dv_pad),
                     self.o_acc,
-                    &alpha,
+                    rescaled.then_some(&alpha),
                     nr,
                     (last_key - j0).min(nr),
                     self.dv_pad,
@@ -492,8 +495,8 @@ unsafe fn front_tile<S: Simd, const MR: usize, const NV: usize>(
     }
 }
 
-/// `o[r] = alpha[r]·o[r] + Σ_{j < keys} p[r][j]·V[j]` for the `MR` rows of the block, one
-/// chunk of `NV` vectors of value columns at a time.
+/// `o[r] = alpha[r]·o[r] + Σ_{j < keys} p[r][j]·V[j]` for the `MR` rows of the block (`alpha`
+/// absent: 1), one chunk of `NV` vectors of value columns at a time.
 ///
 /// # Safety
 /// `p` holds `MR·nr` floats, `vp` holds `nr` rows of `dv_pad`, `o` holds `MR` rows of
@@ -505,7 +508,7 @@ unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
     p: *const f32,
     vp: *const f32,
     o: *mut f32,
-    alpha: &[S::V; MR],
+    alpha: Option<&[S::V; MR]>,
     nr: usize,
     keys: usize,
     dv_pad: usize,

@@ -311,7 +311,7 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
                                 w,
                                 o_acc.add(m * MR * e_pad + c0),
                                 e_pad,
-                                &alphas[m],
+                                Some(&alphas[m]),
                             )
                         };
                     }
