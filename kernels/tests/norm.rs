@@ -526,6 +526,36 @@ impl Normal {
     }
 }
 
+/// Rows of an add-form call with hard rows among ordinary ones: `x ~ 3·N(0, 1) + 1` with a
+/// NaN at `nan_at` and row `huge_row` of ±10³⁰, `r ~ N(0, 1)`, and `γ`, `β` and the residual
+/// bias drawn with scales 1, 0.5 and 0.1.
+struct MixedRows {
+    x: Vec<f32>,
+    r: Vec<f32>,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+fn mixed_rows(g: &mut Normal, d: usize, rows: usize, nan_at: usize, huge_row: usize) -> MixedRows {
+    let n = d * rows;
+    let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
+    x[nan_at] = f32::NAN;
+    for j in 0..d {
+        x[huge_row * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
+    }
+    let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
+    let mut param = |scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
+    let (gamma, beta, bias) = (param(1.0), param(0.5), param(0.1));
+    MixedRows {
+        x,
+        r,
+        gamma,
+        beta,
+        bias,
+    }
+}
+
 /// `|y − ŷ| ≤ 10⁻⁵·max(|ŷ|, 1)` for every element (γ = 1, β = 0: the outputs are in units of
 /// the row's standard deviation), and the documented bound.
 fn assert_hard(k: &Kernels, name: &str, x: &[f32], d: usize, y: &[f32]) {
@@ -713,14 +743,13 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
     let mut g = Normal(0x2545_f491_4f6c_dd1d);
     for (d, rows) in [(4096usize, 64usize), (4097, 65)] {
         let n = d * rows;
-        let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
-        x[5 * d + 17] = f32::NAN;
-        for j in 0..d {
-            x[6 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
-        }
-        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
-        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
-        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        let MixedRows {
+            x,
+            r,
+            gamma,
+            beta,
+            bias,
+        } = mixed_rows(&mut g, d, rows, 5 * d + 17, 6);
         let by_row = |f: &RowCall| -> Vec<f32> {
             let mut y = vec![0.0; n];
             for row in 0..rows {
@@ -854,15 +883,13 @@ fn add_forms_by_blocks_match_the_row_loop_bit_for_bit() {
         // Beyond the cache with three operands (the smallest working set of the add forms).
         let rows = llc / (3 * 4 * d) + 1;
         let few = 300.min(rows);
-        let n = d * rows;
-        let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
-        x[d + d / 2] = f32::NAN;
-        for j in 0..d {
-            x[2 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
-        }
-        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
-        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
-        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        let MixedRows {
+            x,
+            r,
+            gamma,
+            beta,
+            bias,
+        } = mixed_rows(&mut g, d, rows, d + d / 2, 2);
         for k in all_kernels() {
             for mode in 0..4 {
                 let all = AddCase {
@@ -913,15 +940,13 @@ fn streaming_stores_change_no_bit() {
         (4096, 64),
         (4097, 65),
     ] {
-        let n = d * rows;
-        let mut x: Vec<f32> = (0..n).map(|_| (3.0 * g.sample() + 1.0) as f32).collect();
-        x[d + 7] = f32::NAN;
-        for j in 0..d {
-            x[2 * d + j] = if j % 3 == 0 { 1e30 } else { -1e30 };
-        }
-        let r: Vec<f32> = (0..n).map(|_| g.sample() as f32).collect();
-        let param = |g: &mut Normal, scale: f64| -> Vec<f32> { (0..d).map(|_| (scale * g.sample()) as f32).collect() };
-        let (gamma, beta, bias) = (param(&mut g, 1.0), param(&mut g, 0.5), param(&mut g, 0.1));
+        let MixedRows {
+            x,
+            r,
+            gamma,
+            beta,
+            bias,
+        } = mixed_rows(&mut g, d, rows, d + 7, 2);
         for k in all_kernels() {
             let (cached, streamed) = (k.with_stores(Stores::Cached), k.with_stores(Stores::Streaming));
             let what = |form: &str| format!("{} {form} d {d}", k.isa());
