@@ -3,12 +3,14 @@
 //! Per `(b, kv head)`: pack K into key tiles `[tile][d][NR]` and V into rows of `dv_pad`
 //! floats (both widened to f32 as they are packed, whatever the storage type `E`). Per query
 //! head and block of `MR` query rows (for `E ≠ f32` first widened into a small f32 region):
-//! for each key tile, the `MR × NR` scores live in `MR·NV` vector registers; they are turned
-//! into the tile's `exp(z − m)` (stored in a small L1 buffer, `MR × NR`) while each row's max
-//! `m` and vector of partial sums are updated online; then `p·V` is accumulated into the
-//! block's output rows (`MR × dv_pad`, also L1), each rescaled by `exp(m_old − m_new)` as it
-//! is loaded; the rows are rounded to `E` as they are stored. See the [module docs](super)
-//! for semantics and bounds.
+//! for each step of `MAX_NR` keys (one tile on AVX-512, several narrower ones elsewhere), the
+//! `MR × NR` scores of a tile live in `MR·NV` vector registers while each row's max `m` is
+//! updated; they are turned into the step's `exp(z − m)` (in a small L1 buffer,
+//! `MR × MAX_NR`; a step of several tiles parks its scores there until its max is known) and
+//! each row's vector of partial sums; then `p·V` is accumulated into the block's output rows
+//! (`MR × dv_pad`, also L1), each rescaled by `exp(m_old − m_new)` as it is loaded; the rows
+//! are rounded to `E` as they are stored. See the [module docs](super) for semantics and
+//! bounds.
 
 use std::array;
 
@@ -223,83 +225,123 @@ impl Block {
         // Keys past the last one any row sees weigh exactly 0: `p·V` stops there.
         let last_key = allowed.iter().max().copied().unwrap_or(0);
 
+        // Keys per softmax step: AVX-512's tile holds `MAX_NR` of them; narrower tiles are
+        // grouped up to as many, their scores parked in the probability buffer until the step's
+        // max is known. So the rows' rescaling by `exp(m_old − m_new)` and `p·V`'s loads and
+        // stores of the output rows come once per `MAX_NR` keys on every ISA.
+        let group = (MAX_NR / nr).max(1);
+        let ldp = group * nr;
+        let zero = s.splat(0.0);
         let mut max = [f32::NEG_INFINITY; MR];
-        let mut sums = [s.splat(0.0); MR];
+        let mut sums = [zero; MR];
         // SAFETY: the block's output rows hold `MR·dv_pad` floats of workspace.
         unsafe { std::slice::from_raw_parts_mut(self.o_acc, MR * self.dv_pad).fill(0.0) };
 
-        for t in 0..score_tiles {
-            let j0 = t * nr;
-            // SAFETY: tile `t` of the packed keys holds `dk·nr` floats.
-            let keys = unsafe { self.kp.add(t * dk * nr) };
-            let mut z;
-            if plain {
-                // In the last tile of a causal or padded block, only the vectors some row sees.
-                let vectors = (last_key - j0).div_ceil(lanes);
-                // SAFETY: as above.
-                z = unsafe { front_tile::<S, MR, NV>(s, &q_rows, keys, dk, vectors) };
-                let scale = s.splat(c.scale);
-                for zr in z.iter_mut() {
-                    for zv in zr.iter_mut() {
-                        *zv = s.mul(*zv, scale);
-                    }
-                }
-                if t >= whole_tiles {
-                    // −∞ past each row's last key (padding, causality, `Lk`).
-                    for (r, zr) in z.iter_mut().enumerate() {
-                        for (v, zv) in zr.iter_mut().enumerate() {
-                            let seen = allowed[r].saturating_sub(j0 + v * lanes);
-                            if seen < lanes {
-                                *zv = s.select(s.first_lanes(seen), *zv, neg_inf);
-                            }
-                        }
-                    }
-                }
-            } else {
-                // SAFETY: as above.
-                z = unsafe { tile::<S, MR, NV>(s, &q_rows, keys, dk) };
-                // SAFETY: forwarded; tile `t` lies inside head `(b, h)`.
-                unsafe { self.scores(s, c, &mut z, t, &allowed, live_tiles) };
-                if t >= live_tiles {
-                    continue;
-                }
-            }
-            // Online softmax. A row's max (and the rescaling of its sum and output by
-            // `exp(m_old − m_new)`) changes only when a lane of the tile exceeds it, which is
-            // rare after the first tiles: the vector max of the tile is compared with it first,
-            // and the horizontal reduction and the `exp` of the factor run only then.
+        for t0 in (0..score_tiles).step_by(group) {
+            let t1 = (t0 + group).min(score_tiles);
+            let j0 = t0 * nr;
+            let max_before = max;
+            let mut raised = [false; MR];
             let mut alpha = [s.splat(1.0); MR];
             // Whether some row's max changed: else `p·V` leaves the output rows unscaled.
             let mut rescaled = false;
-            let zero = s.splat(0.0);
-            for r in 0..MR {
-                let mut tile_max = z[r][0];
-                for &zv in &z[r][1..] {
-                    tile_max = s.max(tile_max, zv);
+            for t in t0..t1 {
+                let jt = t * nr;
+                // SAFETY: tile `t` of the packed keys holds `dk·nr` floats.
+                let keys = unsafe { self.kp.add(t * dk * nr) };
+                let mut z;
+                if plain {
+                    // In the last tile of a causal or padded block, only the vectors some row sees.
+                    let vectors = (last_key - jt).div_ceil(lanes);
+                    // SAFETY: as above.
+                    z = unsafe { front_tile::<S, MR, NV>(s, &q_rows, keys, dk, vectors) };
+                    let scale = s.splat(c.scale);
+                    for zr in z.iter_mut() {
+                        for zv in zr.iter_mut() {
+                            *zv = s.mul(*zv, scale);
+                        }
+                    }
+                    if t >= whole_tiles {
+                        // −∞ past each row's last key (padding, causality, `Lk`).
+                        for (r, zr) in z.iter_mut().enumerate() {
+                            for (v, zv) in zr.iter_mut().enumerate() {
+                                let seen = allowed[r].saturating_sub(jt + v * lanes);
+                                if seen < lanes {
+                                    *zv = s.select(s.first_lanes(seen), *zv, neg_inf);
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    // SAFETY: as above.
+                    z = unsafe { tile::<S, MR, NV>(s, &q_rows, keys, dk) };
+                    // SAFETY: forwarded; tile `t` lies inside head `(b, h)`.
+                    unsafe { self.scores(s, c, &mut z, t, &allowed, live_tiles) };
+                    if t >= live_tiles {
+                        continue;
+                    }
                 }
-                if s.any(s.lt(s.splat(max[r]), tile_max)) {
-                    let new_max = max[r].max(s.reduce_max(tile_max));
-                    // While a row has seen only −∞, its shift is 0 so that −∞ − m is not NaN.
-                    let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
-                    alpha[r] = exp_nonpositive(s, s.splat(max[r] - shift));
-                    sums[r] = s.mul(sums[r], alpha[r]);
-                    max[r] = new_max;
-                    rescaled = true;
+                // Online softmax. A row's max (and with it the rescaling of its sum and output
+                // by `exp(m_old − m_new)`) changes only when a lane of the tile exceeds it, which
+                // is rare after the first tiles: the vector max of the tile is compared with it
+                // first, and the horizontal reduction runs only then.
+                for (r, zr) in z.iter().enumerate() {
+                    let mut tile_max = zr[0];
+                    for &zv in &zr[1..] {
+                        tile_max = s.max(tile_max, zv);
+                    }
+                    if s.any(s.lt(s.splat(max[r]), tile_max)) {
+                        max[r] = max[r].max(s.reduce_max(tile_max));
+                        raised[r] = true;
+                    }
                 }
-                let shift = s.splat(if max[r] == f32::NEG_INFINITY { 0.0 } else { max[r] });
-                let mut sum = sums[r];
-                for (v, &zv) in z[r].iter().enumerate() {
-                    // `z − m ≤ 0` except in a row with a NaN score, where a NaN lane may have
-                    // hidden a larger one from the vector max (NEON's max propagates NaN): the
-                    // `min` keeps `exp` in its domain there (the row's output is NaN anyway).
-                    let p = exp_nonpositive(s, s.min(s.sub(zv, shift), zero));
-                    // SAFETY: the probability tile holds `MR·nr` floats.
-                    unsafe { s.store(self.p_tile.add(r * nr + v * lanes), p) };
-                    sum = s.add(sum, p);
+                if group == 1 {
+                    // A step of one tile: its probabilities straight from the registers.
+                    rescaled = rescale(s, &max_before, &max, &raised, &mut sums, &mut alpha);
+                    for (r, zr) in z.iter().enumerate() {
+                        let shift = s.splat(shift_of(max[r]));
+                        let mut sum = sums[r];
+                        for (v, &zv) in zr.iter().enumerate() {
+                            let p = probability(s, zv, shift);
+                            // SAFETY: the probability buffer holds `MR·ldp` floats.
+                            unsafe { s.store(self.p_tile.add(r * ldp + v * lanes), p) };
+                            sum = s.add(sum, p);
+                        }
+                        sums[r] = sum;
+                    }
+                } else {
+                    for (r, zr) in z.iter().enumerate() {
+                        for (v, &zv) in zr.iter().enumerate() {
+                            // SAFETY: column `jt − j0 + v·lanes < ldp` of row `r < MR`.
+                            unsafe { s.store(self.p_tile.add(r * ldp + jt - j0 + v * lanes), zv) };
+                        }
+                    }
                 }
-                sums[r] = sum;
             }
-            // SAFETY: the V rows of tile `t` and the block's buffers are in the workspace.
+            // The step's tiles that the softmax sees (the others only stored scores).
+            let live_end = t1.min(live_tiles);
+            if live_end <= t0 {
+                continue;
+            }
+            if group > 1 {
+                rescaled = rescale(s, &max_before, &max, &raised, &mut sums, &mut alpha);
+                for r in 0..MR {
+                    let shift = s.splat(shift_of(max[r]));
+                    let mut sum = sums[r];
+                    for col in (0..(live_end - t0) * nr).step_by(lanes) {
+                        // SAFETY: the scores parked above, row `r`, column `col < ldp`.
+                        unsafe {
+                            let at = self.p_tile.add(r * ldp + col);
+                            let p = probability(s, s.load(at), shift);
+                            s.store(at, p);
+                            sum = s.add(sum, p);
+                        }
+                    }
+                    sums[r] = sum;
+                }
+            }
+            // SAFETY: the V rows of the step's tiles and the block's buffers are in the
+            // workspace; `last_key − j0 ≤ (live_end − t0)·nr` keys were given probabilities.
             unsafe {
                 pv_tile::<S, MR, NV>(
                     s,
@@ -307,8 +349,8 @@ impl Block {
                     self.vp.add(j0 * self.dv_pad),
                     self.o_acc,
                     rescaled.then_some(&alpha),
-                    nr,
-                    (last_key - j0).min(nr),
+                    ldp,
+                    (last_key - j0).min(ldp),
                     self.dv_pad,
                     dv,
                 )
@@ -450,6 +492,48 @@ impl Block {
     }
 }
 
+/// A row's shift for `exp(z − m)`: its max, or 0 while it has seen only −∞ (so that
+/// `−∞ − m` is not NaN).
+#[inline(always)]
+fn shift_of(max: f32) -> f32 {
+    if max == f32::NEG_INFINITY {
+        0.0
+    } else {
+        max
+    }
+}
+
+/// `exp(z − shift)`. `z − m ≤ 0` except in a row with a NaN score, where a NaN lane may have
+/// hidden a larger one from the vector max (NEON's max propagates NaN): the `min` keeps `exp`
+/// in its domain there (the row's output is NaN anyway).
+#[inline(always)]
+fn probability<S: Simd>(s: S, z: S::V, shift: S::V) -> S::V {
+    exp_nonpositive(s, s.min(s.sub(z, shift), s.splat(0.0)))
+}
+
+/// After a softmax step raised the max of the rows in `raised` from `before` to `max`: each
+/// such row's `alpha = exp(m_old − m_new)`, and its sum rescaled by it. Returns whether any
+/// row was.
+#[inline(always)]
+fn rescale<S: Simd, const MR: usize>(
+    s: S,
+    before: &[f32; MR],
+    max: &[f32; MR],
+    raised: &[bool; MR],
+    sums: &mut [S::V; MR],
+    alpha: &mut [S::V; MR],
+) -> bool {
+    let mut any = false;
+    for r in 0..MR {
+        if raised[r] {
+            alpha[r] = exp_nonpositive(s, s.splat(before[r] - shift_of(max[r])));
+            sums[r] = s.mul(sums[r], alpha[r]);
+            any = true;
+        }
+    }
+    any
+}
+
 /// The tile of a packed key panel with only its first `vectors` column vectors computed
 /// (the others 0): the last tile a causal or padded block sees often needs one or two of
 /// them.
@@ -499,8 +583,8 @@ unsafe fn front_tile<S: Simd, const MR: usize, const NV: usize>(
 /// absent: 1), one chunk of `NV` vectors of value columns at a time.
 ///
 /// # Safety
-/// `p` holds `MR·nr` floats, `vp` holds `nr` rows of `dv_pad`, `o` holds `MR` rows of
-/// `dv_pad`; `keys ≤ nr`, `dv ≤ dv_pad`, and `dv_pad` is a multiple of `NV·LANES`.
+/// `p` holds `MR` rows of `ldp` floats, `vp` holds `keys` rows of `dv_pad`, `o` holds `MR`
+/// rows of `dv_pad`; `keys ≤ ldp`, `dv ≤ dv_pad`, and `dv_pad` is a multiple of `NV·LANES`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
@@ -509,7 +593,7 @@ unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
     vp: *const f32,
     o: *mut f32,
     alpha: Option<&[S::V; MR]>,
-    nr: usize,
+    ldp: usize,
     keys: usize,
     dv_pad: usize,
     dv: usize,
@@ -517,7 +601,7 @@ unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
     let mut c0 = 0;
     while c0 < dv {
         // SAFETY: columns `c0..c0 + NV·LANES ≤ dv_pad` of the rows named in the contract.
-        unsafe { rank_update::<S, MR, NV>(s, p, nr, keys, vp.add(c0), dv_pad, o.add(c0), dv_pad, alpha) };
+        unsafe { rank_update::<S, MR, NV>(s, p, ldp, keys, vp.add(c0), dv_pad, o.add(c0), dv_pad, alpha) };
         c0 += NV * S::LANES;
     }
 }
