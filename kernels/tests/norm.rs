@@ -733,13 +733,13 @@ fn rms_and_f16(
     (y, y16, halves)
 }
 
-/// Calls of long rows with parameters (`d ≥ 4096`, at least 2¹⁸ elements) go through the row
-/// loop by pairs. Every form, on every ISA, with an odd number of rows, an odd row length (the
-/// halves of a pair's columns differ by one), and rows taking the f64 path (a NaN, an f32
-/// overflow) inside pairs: within the bound of the oracle, and bit for bit what the same rows
-/// give one at a time (a call of one row never pairs).
+/// Calls of long rows beyond L2 (`d ≥ 4096`, at least 2¹⁸ elements): the row loop with the
+/// next row prefetched and each normalize sweep behind the next row's statistics. Every form,
+/// on every ISA, with an odd number of rows, an odd row length, and rows taking the f64 path (a
+/// NaN, an f32 overflow) among them: within the bound of the oracle, and bit for bit what the
+/// same rows give one at a time.
 #[test]
-fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
+fn long_rows_match_the_oracle_and_single_rows() {
     let mut g = Normal(0x2545_f491_4f6c_dd1d);
     for (d, rows) in [(4096usize, 64usize), (4097, 65)] {
         let n = d * rows;
@@ -777,7 +777,7 @@ fn long_rows_by_pairs_match_the_oracle_and_single_rows() {
                     bias: &bias,
                     d,
                 };
-                every_form(&k, "pairs", &rows, &opts, |add, mode, y| {
+                every_form(&k, "long rows", &rows, &opts, |add, mode, y| {
                     let (name, single) = if add {
                         ("add_layer_norm", &single_add)
                     } else {
@@ -927,7 +927,7 @@ fn add_forms_by_blocks_match_the_row_loop_bit_for_bit() {
 }
 
 /// Streaming stores change where `y` goes, never a bit of it: every form, on every ISA, with
-/// rows long enough to stream (`d ≥ 512`), `y` at several alignments, rows by pairs
+/// rows long enough to stream (`d ≥ 512`), `y` at several alignments, long rows beyond L2
 /// (`d ≥ 4096`, 2¹⁸ elements), and rows taking the f64 path (a NaN, ±10³⁰) among them.
 #[test]
 fn streaming_stores_change_no_bit() {

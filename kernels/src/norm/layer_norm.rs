@@ -513,12 +513,6 @@ unsafe fn by_blocks<S: Simd, E: Element, Op: RowOp, const BIAS: bool>(s: S, call
 /// As [`norm_rows`].
 #[inline(always)]
 unsafe fn each_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
-    let params = !(call.gamma.is_null() && call.beta.is_null());
-    if params && call.d >= PAIR_MIN_D && call.rows * call.d >= PAIR_MIN_ELEMENTS {
-        // SAFETY: forwarded.
-        unsafe { each_pair::<S, E, Op, R>(s, call) };
-        return;
-    }
     let d = call.d;
     // SAFETY (below): every row lies inside the `rows·d` elements of every operand, and rows are
     // disjoint, so the sweep of one row never touches what the other reads or writes.
@@ -563,104 +557,6 @@ fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
         if !call.rstd.is_null() {
             *call.rstd.add(row) = rstd;
         }
-    }
-}
-
-/// Rows at least this long, with `γ`, `β` or a gain, go through the row loop by pairs
-/// ([`each_pair`]). Measured beyond L2 (1024×4096 and 512×8192 f32): LayerNorm 1.2–1.3× on
-/// AVX-512 and AVX2, RMSNorm with a gain 1.07–1.1×, add_layer_norm 1.0× on AVX-512 and
-/// 1.15× on AVX2; at `d = 2048` it lost 13% on AVX-512.
-const PAIR_MIN_D: usize = 4096;
-
-/// ... and calls of at least this many elements (1 MiB of f32, this machine's L2): with the
-/// rows in L2 the pairs lost 10–25% (4 to 32 rows of 4096), and only gained from 64 rows on.
-const PAIR_MIN_ELEMENTS: usize = 1 << 18;
-
-/// The normalize sweeps of a pair of rows, span by span: the span of `γ` and `β` the first
-/// row loads from L2 is in L1 for the second.
-struct Pair<P> {
-    rows: [Option<P>; 2],
-}
-
-impl<S: Simd, P: Pending<S>> Pending<S> for Pair<P> {
-    #[inline(always)]
-    unsafe fn run(&self, s: S, i: usize, n: usize) {
-        for p in self.rows.iter().flatten() {
-            // SAFETY: forwarded.
-            unsafe { p.run(s, i, n) };
-        }
-    }
-}
-
-/// A [`Pair`] run behind the statistics sweeps of the two rows of the next pair: the
-/// statistics of the first row (`base = 0`) carry the pair's columns `0..d/2`, those of the
-/// second (`base = d`) the columns `d/2..d`.
-struct Halves<'a, P> {
-    pair: &'a P,
-    base: usize,
-}
-
-impl<S: Simd, P: Pending<S>> Pending<S> for Halves<'_, P> {
-    #[inline(always)]
-    unsafe fn run(&self, s: S, i: usize, n: usize) {
-        let (from, to) = ((self.base + i) / 2, (self.base + i + n) / 2);
-        if to > from {
-            // SAFETY: `i + n ≤ d`, so `to ≤ d`.
-            unsafe { self.pair.run(s, from, to - from) };
-        }
-    }
-}
-
-/// A row whose statistics are gathered: its index, its statistics, where its `h` is read back.
-type Gathered<Op, V> = (usize, <Op as RowOp>::Stats, V);
-
-/// The row loop for long rows with `γ` or `β`, pipelined by pairs of rows: the normalize
-/// sweeps of rows `r − 2` and `r − 1` run together inside the statistics sweeps of rows `r`
-/// and `r + 1`. Each `γ`, `β` span is then loaded once from L2 for two rows: at `d = 4096`
-/// the two rows and the `γ` and `β` of a row (16 KiB each) no longer fit L1 together.
-///
-/// # Safety
-/// As [`norm_rows`].
-#[inline(always)]
-unsafe fn each_pair<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
-    let d = call.d;
-    // The statistics of the previous pair's rows.
-    let mut prev: [Option<Gathered<Op, R::Back>>; 2] = [None, None];
-    let mut row = 0;
-    // SAFETY (below): every row lies inside the `rows·d` elements of every operand, and rows are
-    // disjoint, so the sweeps of one row never touch what another reads or writes.
-    while row < call.rows || prev[0].is_some() {
-        let mut sweeps = [None, None];
-        for (k, p) in prev.iter().enumerate() {
-            if let Some((r, st, h)) = *p {
-                let y = unsafe { call.y.add(r * d) };
-                match Op::sweep(s, call, st, h, y) {
-                    Some(sweep) => {
-                        sweeps[k] = Some(sweep);
-                        write_stats(call, r, Op::outputs(st));
-                    }
-                    None => write_stats(call, r, unsafe { Op::wide::<S, E, R::Back>(call, h, y) }),
-                }
-            }
-        }
-        let pair = Pair { rows: sweeps };
-        let mut next: [Option<Gathered<Op, R::Back>>; 2] = [None, None];
-        for (k, slot) in next.iter_mut().enumerate() {
-            let r = row + k;
-            let half = Halves {
-                pair: &pair,
-                base: k * d,
-            };
-            if r < call.rows {
-                let (src, h) = unsafe { R::row(s, call, r * d) };
-                *slot = Some((r, unsafe { Op::stats(s, call, &src, &half) }, h));
-            } else {
-                // No row left to carry this half of the pair: run it alone.
-                unsafe { half.run(s, 0, d) };
-            }
-        }
-        prev = next;
-        row += 2;
     }
 }
 

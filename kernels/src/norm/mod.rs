@@ -77,12 +77,16 @@
 //! of 4 vectors: 13–15% faster in cache on AVX-512 at d = 1024, the same beyond L2; 128 and
 //! 1024 were slower.)
 //!
-//! Long rows with parameters (`d ≥ 4096` with `γ`, `β` or a gain, in calls beyond L2) go by
-//! pairs instead: the normalize sweeps of rows `r − 2` and `r − 1` run span by span inside the
-//! statistics sweeps of rows `r` and `r + 1`, so that each span of `γ` and `β` is loaded from
-//! L2 once for two rows. At `d = 4096` the `γ` and `β` of a row (16 KiB each) no longer fit L1
-//! beside the rows, and reloading them for every row cost LayerNorm a third of its speed
-//! (measured: 3.7 Gelem/s at 1024×4096 on AVX-512, 5.7 without `γ`, `β`); by pairs, 4.4.
+//! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
+//! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
+//! span of `γ` and `β` (16 KiB each at `d = 4096`) came from L2 once for two rows. On a Zen 5
+//! (48 KiB 12-way L1) that gave LayerNorm 4.4 Gelem/s at 1024×4096 against 3.7 (AVX-512).
+//! On a Zen 3 (32 KiB 8-way L1) it lost badly: at 1024×4096 (AVX2, best of 5, three
+//! alternating runs) LayerNorm ran at 1.8 Gelem/s by pairs against 2.8–3.1 by rows, RMSNorm with
+//! a gain at 1.6–1.9 against 3.8–4.0, add_layer_norm with `h` at 0.70–0.74 against 1.11–1.20;
+//! 512×8192 LayerNorm 1.7–2.0 against 2.8–2.9. Two rows' `h` and `y` and the `γ`, `β` spans all
+//! sit at the same offsets modulo 4 KiB, six streams in one set of an 8-way cache. A gain on
+//! one cache geometry and a loss of up to 2.4× on another: every row length goes by rows.
 //!
 //! The f32 add forms with rows of at most 128 values, in calls within the last-level cache, go
 //! by blocks of rows instead (8 KiB per operand): the add for the whole block, storing `h`,
@@ -123,10 +127,10 @@
 //!   alignment (as `malloc` returns large blocks);
 //! - RMSNorm with a gain at 1024×4096: 1.7× aligned, 1.6× 16 bytes off;
 //! - add_layer_norm without `h`: 1.37× at 4096×1024 and 1.08× at 1024×4096;
-//! - add_layer_norm with `h`: 1.36× at 1024×4096 (rows by pairs). Against streaming `y`
-//!   alone, with `h` stored by the statistics sweep (which lost 4–9% by pairs, so that the
-//!   pairs did not stream at all): 1.28× at 4096×1024 and 1.33× at 1024×4096, and 1.31× and
-//!   1.48× with `x` and `y` 16 bytes off (the `h` output 16 bytes off throughout);
+//! - add_layer_norm with `h`: 1.36× at 1024×4096 (rows then went by pairs, see above).
+//!   Against streaming `y` alone, with `h` stored by the statistics sweep: 1.28× at
+//!   4096×1024 and 1.33× at 1024×4096, and 1.31× and 1.48× with `x` and `y` 16 bytes off (the
+//!   `h` output 16 bytes off throughout);
 //! - add_layer_norm in place: 1.56× at 4096×1024, 1.45× at 1024×4096;
 //! - on AVX2, LayerNorm: 1.5× at 4096×1024 and 1.1× at 1024×4096; add_layer_norm with `h`
 //!   1.43× and 1.25×, in place 1.44× and 1.25×.
@@ -730,7 +734,6 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
             *m = s.sub(unsafe { src.full(s, i + a * lanes) }, kv);
         }
         let mut m2 = [s.splat(0.0); ACC];
-        trail.upto(s, i);
         i += group;
         for &rk in &RECIP[2..=steps] {
             let rk = s.splat(rk);
