@@ -12,6 +12,8 @@
 # (cargo fuzz -O), AddressSanitizer kept: about half the build time (5-5.5 min against 10.5
 # on a clean checkout), for the CI smoke run; longer runs keep them.
 #
+# FUZZ_JOBS=N fuzzes N targets at a time (default: one per core).
+#
 # FUZZ_BUILD_ONLY=1 builds the targets and stops: .ci/run builds them in the background while
 # other steps run (cargo-fuzz compiles with one codegen unit, so the build keeps one core busy:
 # 7-8 minutes alone on a Zen 5, 19 beside the other CI steps on a 2-core Zen 3), then runs this
@@ -51,20 +53,43 @@ if [ "${FUZZ_BUILD_ONLY:-}" = 1 ]; then
   exit 0
 fi
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-for t in "${targets[@]}"; do
-  mkdir -p "fuzz/corpus/$t" "fuzz/seeds/$t"
-  echo "== fuzz $t for ${secs}s"
+jobs=${FUZZ_JOBS:-$(nproc)}
+logs=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
+
+# Fuzzes one target (one process, one core), its output in $logs/<target>, the lines worth
+# reading in $logs/<target>.summary; returns the fuzzer's status.
+fuzz_one() {
+  local t=$1 status=0 start
   start=$(date +%s)
-  status=0
   cargo "${toolchain[@]}" fuzz run "${build[@]}" --fuzz-dir fuzz "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
-    -max_total_time="$secs" -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1 || status=$?
-  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb|ERROR|panicked|SUMMARY|Test unit written' "$log" || true
-  echo "== $t: exit $status after $(( $(date +%s) - start ))s, corpus $(ls "fuzz/corpus/$t" | wc -l) entries"
-  if [ "$status" -ne 0 ]; then
-    tail -n 40 "$log" >&2
-    echo "fuzz.sh: $t failed; the input is in fuzz/artifacts/$t" >&2
-    exit "$status"
-  fi
+    -max_total_time="$secs" -rss_limit_mb=4096 -print_final_stats=1 >"$logs/$t" 2>&1 || status=$?
+  {
+    grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb|ERROR|panicked|SUMMARY|Test unit written' "$logs/$t" || true
+    echo "== $t: exit $status after $(( $(date +%s) - start ))s, corpus $(ls "fuzz/corpus/$t" | wc -l) entries"
+  } >"$logs/$t.summary"
+  return "$status"
+}
+
+# The targets FUZZ_JOBS at a time (default: one per core), reported in order.
+for ((i = 0; i < ${#targets[@]}; i += jobs)); do
+  batch=("${targets[@]:i:jobs}")
+  pids=()
+  for t in "${batch[@]}"; do
+    mkdir -p "fuzz/corpus/$t" "fuzz/seeds/$t"
+    echo "== fuzz $t for ${secs}s"
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for k in "${!batch[@]}"; do
+    t=${batch[$k]}
+    status=0
+    wait "${pids[$k]}" || status=$?
+    cat "$logs/$t.summary"
+    if [ "$status" -ne 0 ]; then
+      tail -n 40 "$logs/$t" >&2
+      echo "fuzz.sh: $t failed; the input is in fuzz/artifacts/$t" >&2
+      exit "$status"
+    fi
+  done
 done
