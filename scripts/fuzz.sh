@@ -22,6 +22,11 @@ set -euo pipefail
 
 secs=${1:-60}
 shift || true
+parallel=${FUZZ_JOBS:-$(nproc)}
+if ! [[ "$parallel" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: FUZZ_JOBS must be a positive integer, got '$parallel'" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/.."
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
@@ -53,9 +58,18 @@ if [ "${FUZZ_BUILD_ONLY:-}" = 1 ]; then
   exit 0
 fi
 
-jobs=${FUZZ_JOBS:-$(nproc)}
 logs=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
+# Each fuzzer in its own process group (job control on), so that an exit on one target's
+# failure also stops the fuzzers still running beside it, not only their cargo.
+set -m
+stop_all() {
+  local pid
+  for pid in $(jobs -p); do
+    kill -- -"$pid" 2>/dev/null || true
+  done
+  rm -rf "$logs"
+}
+trap stop_all EXIT
 
 # Fuzzes one target (one process, one core), its output in $logs/<target>, the lines worth
 # reading in $logs/<target>.summary; returns the fuzzer's status.
@@ -72,8 +86,8 @@ fuzz_one() {
 }
 
 # The targets FUZZ_JOBS at a time (default: one per core), reported in order.
-for ((i = 0; i < ${#targets[@]}; i += jobs)); do
-  batch=("${targets[@]:i:jobs}")
+for ((i = 0; i < ${#targets[@]}; i += parallel)); do
+  batch=("${targets[@]:i:parallel}")
   pids=()
   for t in "${batch[@]}"; do
     mkdir -p "fuzz/corpus/$t" "fuzz/seeds/$t"
