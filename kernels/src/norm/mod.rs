@@ -773,12 +773,20 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
 /// Merges the [`ACC`] Welford accumulators of a chunk of `steps` steps into `total`, by the
 /// k-way form of Chan's formula: `M2 = Σ_l M_l + steps·Σ_l (m_l − mean)²`. The two sums share
 /// one reduction (`M_l + steps·(m_l − mc)²` per lane), so a chunk costs two: the mean, then that.
+///
+/// The lanes are centred on `mc`, their mean as an f32 sum: any value near the mean serves,
+/// since the offset `mean − mc` is removed below, and its rounding enters `M2` only to second
+/// order in `u`. The f32 sum ends sooner than the f64 mean, which the deviations no longer
+/// wait for: the chain of reductions, square root and division that ends a row is what short
+/// rows wait on (256×64 and 64×256, AVX2 on Zen 3, best of 5 in six alternating runs: 4–5%
+/// faster than centring on the f64 mean rounded to f32).
 #[inline(always)]
 fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, total: &mut Moments) {
     let lanes = (ACC * S::LANES) as f64;
     let n = steps as f64 * lanes;
-    let mean = s.reduce_add_f64(s.add(s.add(m[0], m[1]), s.add(m[2], m[3]))) / lanes;
-    let mc = mean as f32;
+    let means = s.add(s.add(m[0], m[1]), s.add(m[2], m[3]));
+    let mean = s.reduce_add_f64(means) / lanes;
+    let mc = s.reduce_add(means) * (1.0 / lanes as f32);
     let mv = s.splat(mc);
     let t = [s.sub(m[0], mv), s.sub(m[1], mv), s.sub(m[2], mv), s.sub(m[3], mv)];
     let dev = s.add(
@@ -791,13 +799,14 @@ fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, t
     } else {
         dev
     };
-    // Σ(m_l − mc)² = Σ(m_l − mean)² + lanes·(mean − mc)²: remove the second term exactly.
+    // Σ(m_l − mc)² = Σ(m_l − mean)² + lanes·(mean − mc)²: remove the second term.
     let off = mean - mc as f64;
     total.merge(n, mean, s.reduce_add_f64(sum) - n * off * off);
 }
 
 /// Merges `n` values held in the vectors `z` (the last one with only its first `part` lanes
-/// valid if `part > 0`, the others zero) into `total`, two-pass.
+/// valid if `part > 0`, the others zero) into `total`, two-pass, centred on an f32 mean as in
+/// [`merge_lanes`].
 #[inline(always)]
 fn merge_block<S: Simd>(s: S, z: &[S::V], n: usize, part: usize, total: &mut Moments) {
     let mut sum = s.splat(0.0);
@@ -805,7 +814,7 @@ fn merge_block<S: Simd>(s: S, z: &[S::V], n: usize, part: usize, total: &mut Mom
         sum = s.add(sum, v);
     }
     let mean = s.reduce_add_f64(sum) / n as f64;
-    let mc = mean as f32;
+    let mc = s.reduce_add(sum) / n as f32;
     let mv = s.splat(mc);
     let mut dev = s.splat(0.0);
     for (j, &v) in z.iter().enumerate() {
