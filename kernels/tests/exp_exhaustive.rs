@@ -8,9 +8,9 @@ mod common;
 
 use reference::ulp_distance;
 
-// Ignored because it checks 4.3·10⁹ inputs: a minute or two, where all the other tests of the
-// workspace run in under a minute (46 s in CI). `.ci/run` runs it on every CI run, in the test profile that
-// `cargo test --workspace` has already built:
+// Ignored because it checks 4.3·10⁹ inputs: a minute or two, where all the other tests of
+// the workspace run in under a minute (46 s in CI). `.ci/run` runs it on every CI run, in the
+// test profile that `cargo test --workspace` has already built:
 // `cargo test -p kernels --test exp_exhaustive -- --ignored`; the aarch64 script runs a
 // strided sample under qemu.
 #[test]
