@@ -25,7 +25,8 @@
 //! (the k-way form, lane sums taken in f64), and the chunk is merged into the row's f64
 //! moments with Chan's pairwise formula. The last `< ACC·LANES` values of the row, too few
 //! for a step, are held in registers and reduced two-pass (sum, then squared deviations),
-//! then merged the same way. `E[x²] − E[x]²` is never formed. Finally, in f64,
+//! then merged the same way; so is a whole row of at most `2·ACC` vectors (64 values on AVX2,
+//! 128 on AVX-512), which skips the recurrence. `E[x²] − E[x]²` is never formed. Finally, in f64,
 //! `μ = K + mean`, `σ² = M2/d`, `rstd = 1/√(σ² + ε)`, and the normalize sweep computes
 //!
 //! ```text
@@ -162,8 +163,12 @@
 //! over a chunk averages to `≤ 8.7uR² + 18.75uRZ` per value; the shift adds `2uRZ`, the
 //! rounding of chunk means `2R·3uZ`, and the roundings of the `M` increments, of their sums and
 //! of the between-lane term at most `(n + 4)u·σ²`. `μ_hi + μ_lo` holds `μ` to `2⁻⁵³|μ|`, which is
-//! below `2⁻²⁹·uZ`. The normalize sweep rounds `h − μ_hi` (only where it is not exact), the
-//! first FMA and `rstd` (`3u` on `ŷ − β`) and the second FMA (`u·|ŷ|`). The `2⁻¹⁴⁰` terms cover
+//! below `2⁻²⁹·uZ`. A block reduced two-pass (a short row, or a row's last values) stays
+//! within these terms: its mean carries the shift and at most four roundings per value in its
+//! tree (`≤ 4uZ`); its `M2` carries one rounding per deviation (`2u` on its square), at most
+//! four per square in its sum, and the centring offset to second order (`≤ 6u·σ²`). The
+//! normalize sweep rounds `h − μ_hi` (only where it is not exact), the first FMA and `rstd`
+//! (`3u` on `ŷ − β`) and the second FMA (`u·|ŷ|`). The `2⁻¹⁴⁰` terms cover
 //! results that fall into the subnormals.
 //!
 //! For RMSNorm (`ms = mean(h²)`): `e = (10u·ms + 2⁻¹⁴⁹)/(ms + ε)`, `ε_r = e/2 + e² + 2u`, and
@@ -223,6 +228,10 @@ const SQUARE_STEPS: usize = 8;
 /// one row ahead of the loads (measured on AVX2 and AVX-512 with rows beyond L2: about 1.5×
 /// on LayerNorm at d = 4096); shorter rows are left to the hardware prefetchers.
 pub(crate) const PREFETCH_MIN: usize = 512;
+
+/// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
+/// statistics two-pass, without Welford chunks: `2·ACC`, 64 values on AVX2, 128 on AVX-512.
+const BLOCK: usize = 2 * ACC;
 
 /// Floats per cache line: one prefetch per line.
 const LINE: usize = 16;
@@ -734,7 +743,8 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
     let kv = s.splat(k);
     let mut total = Moments::default();
     let mut trail = Trail::new(pending, d);
-    let mut left = d / group;
+    // Rows of at most `BLOCK` vectors are held in registers and merged two-pass.
+    let mut left = if d <= BLOCK * lanes { 0 } else { d / group };
     let mut i = 0;
     // SAFETY (all loads): step `i` reads `i..i + ACC·LANES ≤ d`; the remainder reads `i..d`.
     while left > 0 {
@@ -766,19 +776,13 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
         merge_lanes(s, &m, &m2, steps, &mut total);
         left -= steps;
     }
-    if i < d {
-        let mut z = [s.splat(0.0); ACC];
-        let full = (d - i) / lanes;
-        let part = (d - i) % lanes;
-        for (j, zj) in z.iter_mut().enumerate().take(full) {
-            *zj = s.sub(unsafe { src.full(s, i + j * lanes) }, kv);
+    // SAFETY: `src` covers `i..d`, at most `BLOCK` vectors (fewer than `ACC` after chunks).
+    unsafe {
+        if d - i > ACC * lanes {
+            merge_block::<S, R, BLOCK>(s, src, i, d, kv, &mut total);
+        } else if i < d {
+            merge_block::<S, R, ACC>(s, src, i, d, kv, &mut total);
         }
-        if part > 0 {
-            let v = s.sub(unsafe { src.partial(s, i + full * lanes, part) }, kv);
-            z[full] = s.select(s.first_lanes(part), v, s.splat(0.0));
-        }
-        let valid = full + (part > 0) as usize;
-        merge_block(s, &z[..valid], d - i, part, &mut total);
     }
     trail.finish(s);
     total
@@ -818,28 +822,101 @@ fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, t
     total.merge(n, mean, s.reduce_add_f64(sum) - n * off * off);
 }
 
-/// Merges `n` values held in the vectors `z` (the last one with only its first `part` lanes
-/// valid if `part > 0`, the others zero) into `total`, two-pass, centred on an f32 mean as in
-/// [`merge_lanes`].
+/// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most `B ≤` [`BLOCK`]
+/// vectors) into `total`, two-pass from registers: their sum, then the squares of their
+/// deviations from `mc`, an f32 mean, as in [`merge_lanes`].
+///
+/// Only the loads depend on `n = d − i`: the vectors past the end are zero, the sums run as
+/// trees over all `B` of them, and the deviations are `z − mc·w` with `w` 1 on the
+/// values and 0 past them (from [`WEIGHTS`]), which is `z − mc` rounded once, or exactly 0.
+/// (Masking the deviations by branches on `n` instead cost more than the Welford chunk it
+/// replaced: LLVM kept the branch conditions in spilled flags.)
+///
+/// # Safety
+/// `src` covers `i..d`, `i < d ≤ i + B·LANES`.
 #[inline(always)]
-fn merge_block<S: Simd>(s: S, z: &[S::V], n: usize, part: usize, total: &mut Moments) {
-    let mut sum = s.splat(0.0);
-    for &v in z {
-        sum = s.add(sum, v);
-    }
-    let mean = s.reduce_add_f64(sum) / n as f64;
-    let mc = s.reduce_add(sum) / n as f32;
-    let mv = s.splat(mc);
-    let mut dev = s.splat(0.0);
-    for (j, &v) in z.iter().enumerate() {
-        let mut t = s.sub(v, mv);
-        if part > 0 && j + 1 == z.len() {
-            t = s.select(s.first_lanes(part), t, s.splat(0.0));
+unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
+    s: S,
+    src: &R,
+    i: usize,
+    d: usize,
+    kv: S::V,
+    total: &mut Moments,
+) {
+    let lanes = S::LANES;
+    let n = d - i;
+    debug_assert!(B % 2 == 0 && B <= BLOCK && 0 < n && n <= B * lanes);
+    let (full, part) = (n / lanes, n % lanes);
+    let zero = s.splat(0.0);
+    let mut z = [zero; B];
+    // (Loops, not closures: a closure carries no target features, and where LLVM declines
+    // to inline it its intrinsics become calls.)
+    for (j, z) in z.iter_mut().enumerate() {
+        // SAFETY: vector `j < full` reads `i + j·LANES .. + LANES ≤ d`, the partial one `..d`.
+        if j < full {
+            *z = s.sub(unsafe { src.full(s, i + j * lanes) }, kv);
+        } else if j == full && part > 0 {
+            let v = s.sub(unsafe { src.partial(s, i + j * lanes, part) }, kv);
+            *z = s.select(s.first_lanes(part), v, zero);
         }
-        dev = s.mul_add(t, t, dev);
     }
+    let sum = tree(s, z);
+    // `n ≤ BLOCK·MAX_LANES`: exact as u32 and f32.
+    let rn = 1.0 / n as u32 as f64;
+    let mean = s.reduce_add_f64(sum) * rn;
+    let mc = s.reduce_add(sum) * rn as f32;
+    let neg = s.splat(-mc);
+    // `w` lane `l` of vector `j` is `WEIGHTS[BLOCK·MAX_LANES − n + j·LANES + l]`: 1 where
+    // `j·LANES + l < n`. Offsets stay within `0..2·BLOCK·MAX_LANES`.
+    let w = WEIGHTS[BLOCK * MAX_LANES - n..].as_ptr();
+    let mut t = z;
+    for (j, t) in t.iter_mut().enumerate() {
+        // SAFETY: `j·LANES + LANES ≤ B·LANES ≤ BLOCK·LANES` values from `w`.
+        *t = s.mul_add(unsafe { s.load(w.add(j * lanes)) }, neg, *t);
+    }
+    let dev = tree_squares(s, t);
     let off = mean - mc as f64;
     total.merge(n as f64, mean, s.reduce_add_f64(dev) - n as f64 * off * off);
+}
+
+/// `BLOCK·MAX_LANES` ones, then as many zeros: the weights of [`merge_block`].
+static WEIGHTS: [f32; 2 * BLOCK * MAX_LANES] = {
+    let mut w = [0.0f32; 2 * BLOCK * MAX_LANES];
+    let mut j = 0;
+    while j < BLOCK * MAX_LANES {
+        w[j] = 1.0;
+        j += 1;
+    }
+    w
+};
+
+/// The sum of `N` (a power of two) vectors, as a tree.
+#[inline(always)]
+fn tree<S: Simd, const N: usize>(s: S, mut v: [S::V; N]) -> S::V {
+    tree_of(s, &mut v, N)
+}
+
+/// The sum of the first `n` (a power of two) vectors of `v`, as a tree.
+#[inline(always)]
+fn tree_of<S: Simd>(s: S, v: &mut [S::V], mut n: usize) -> S::V {
+    while n > 1 {
+        n /= 2;
+        for j in 0..n {
+            v[j] = s.add(v[j], v[j + n]);
+        }
+    }
+    v[0]
+}
+
+/// The sum of the squares of `N` (a power of two) vectors, as a tree whose first level
+/// pairs a product with an FMA.
+#[inline(always)]
+fn tree_squares<S: Simd, const N: usize>(s: S, mut v: [S::V; N]) -> S::V {
+    let n = N / 2;
+    for j in 0..n {
+        v[j] = s.mul_add(v[j], v[j], s.mul(v[j + n], v[j + n]));
+    }
+    tree_of(s, &mut v, n)
 }
 
 /// `Σ h²` over a row of `d` values, in chunks of [`SQUARE_STEPS`] steps reduced in f64;
