@@ -5,6 +5,9 @@
 //! Cody–Waite range reduction `x = n·ln 2 + r` with `n = round(x·log₂e)` and
 //! `|r| ≤ ln2/2`, then `exp(x) = 2ⁿ·p(r)` with `p` a degree-6 minimax polynomial.
 //!
+//! - Rounding: one FMA adds `x·log₂e` to a shifter constant (`1.5·2²³ + 127`) whose sum
+//!   rounds to an integer, and one subtraction takes `n` back, exactly; the sum's low bits
+//!   are also `2ⁿ`'s exponent field, which [`exp_nonpositive`] shifts into place.
 //! - Reduction: `r = x − n·LN2_HI` is exact when computed with one FMA (`LN2_HI` is `ln 2`
 //!   rounded to f32, `n·LN2_HI` is a multiple of 2⁻²⁴ and `|r| < 2⁻¹·ln 2` fits 24 bits);
 //!   the second step `r −= n·LN2_LO` rounds once, a relative error ≤ 2⁻²⁴ on `r`.
@@ -25,7 +28,8 @@
 //!
 //! [`exp_nonpositive`] is the cheaper form softmax uses on `x ≤ 0`: no upper clamp and a
 //! one-instruction `2ⁿ`, at the price of flushing results below 2⁻¹²⁶ (the smallest normal
-//! f32, reached near `x = −87.3`) to +0. Its error is the same for normal results.
+//! f32, reached near `x = −87.3`) to +0. Its error is the same for normal results: it shares
+//! `exp`'s reduction and polynomial, and its scaling by `2ⁿ` is exact there.
 
 use crate::element::Element;
 use crate::simd::Simd;
@@ -57,13 +61,22 @@ fn poly<S: Simd>(s: S, r: S::V) -> S::V {
     p
 }
 
-/// `(n, r)` with `x = n·ln 2 + r`, `n` integral.
+/// `1.5·2²³ + 127`: added to `x·log₂e` (`|x·log₂e| < 2²¹`), it lands the sum in
+/// `[2²³, 2²⁴)`, where f32 values are the integers, so the sum rounds `x·log₂e` to an integer
+/// `n` and its low mantissa bits hold `n + 127`, the biased exponent of `2ⁿ`.
+const SHIFTER: f32 = 12_582_912.0 + 127.0;
+
+/// `(t, n, r)` with `x = n·ln 2 + r`: `n = round(x·log₂e)` (rounded once, from the exact
+/// product), `t = n + SHIFTER` (for [`Simd::pow2_of_shifted`]), `|r| ≤ ln2/2` to within
+/// rounding.
 #[inline(always)]
-fn reduce<S: Simd>(s: S, x: S::V) -> (S::V, S::V) {
-    let n = s.round(s.mul(x, s.splat(std::f32::consts::LOG2_E)));
+fn reduce<S: Simd>(s: S, x: S::V) -> (S::V, S::V, S::V) {
+    let t = s.mul_add(x, s.splat(std::f32::consts::LOG2_E), s.splat(SHIFTER));
+    // Exact: `t` and `SHIFTER` are integers below 2²⁴.
+    let n = s.sub(t, s.splat(SHIFTER));
     let r = s.mul_add(n, s.splat(-LN2_HI), x);
     let r = s.mul_add(n, s.splat(-LN2_LO), r);
-    (n, r)
+    (t, n, r)
 }
 
 /// `eˣ` on every lane; see the module docs for the bound and special values.
@@ -81,17 +94,17 @@ pub(crate) fn exp_scaled<S: Simd>(s: S, x: S::V, k: f32) -> S::V {
     // NaN survives.
     let lowest = -104.0 - k * std::f32::consts::LN_2;
     let x = s.min(s.max(x, s.splat(lowest)), s.splat(89.0));
-    let (n, r) = reduce(s, x);
+    let (_, n, r) = reduce(s, x);
     s.ldexp(poly(s, r), s.add(n, s.splat(k)))
 }
 
 /// `eˣ` for `x ≤ 0` (or −∞, or NaN), flushing results below 2⁻¹²⁶ to +0.
 #[inline(always)]
 pub(crate) fn exp_nonpositive<S: Simd>(s: S, x: S::V) -> S::V {
-    // Below −88, n reaches −127 and `pow2i` gives the +0 that the flush needs.
+    // Below −88, n reaches −127 and `2ⁿ` is the +0 that the flush needs.
     let x = s.max(x, s.splat(-88.0));
-    let (n, r) = reduce(s, x);
-    s.mul(poly(s, r), s.pow2i(n))
+    let (t, _, r) = reduce(s, x);
+    s.mul(poly(s, r), s.pow2_of_shifted(t))
 }
 
 /// [`exp`] as a [`super::Map`].

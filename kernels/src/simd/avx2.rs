@@ -195,6 +195,11 @@ impl Simd for Avx2 {
         unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a) }
     }
     #[inline(always)]
+    fn pow2_of_shifted(self, t: __m256) -> __m256 {
+        // SAFETY: see the impl.
+        unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(t))) }
+    }
+    #[inline(always)]
     fn pow2i(self, n: __m256) -> __m256 {
         // SAFETY: see the impl.
         unsafe {

@@ -186,6 +186,11 @@ impl Simd for Avx512 {
         unsafe { _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(a) }
     }
     #[inline(always)]
+    fn pow2_of_shifted(self, t: __m512) -> __m512 {
+        // SAFETY: see the impl.
+        unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(t))) }
+    }
+    #[inline(always)]
     fn pow2i(self, n: __m512) -> __m512 {
         // SAFETY: see the impl.
         unsafe {

@@ -159,6 +159,11 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// `2ⁿ` for lanes holding an integral `n ∈ [−127, 127]`; `n = −127` gives `+0` (the
     /// flush that `exp` of large negative arguments relies on).
     fn pow2i(self, n: Self::V) -> Self::V;
+    /// The bit pattern of each lane shifted left by 23, as a float: for a lane `t` in
+    /// `[2²³, 2²⁴)` whose integer value is `≡ n + 127 (mod 2⁹)`, `n ∈ [−127, 127]`, that is
+    /// `2ⁿ` (`+0` for `n = −127`). With `t = x + 1.5·2²³ + 127` it is `2^round(x)` in one
+    /// instruction, with `round(x) = t − (1.5·2²³ + 127)` exactly (see `math::exp`).
+    fn pow2_of_shifted(self, t: Self::V) -> Self::V;
 
     /// `a·2ⁿ` for integral `n ∈ [−252, 254]`, overflowing to ±∞ and underflowing gradually
     /// through the subnormals, with at most two roundings (one where the ISA has `scalef`).

@@ -142,6 +142,11 @@ impl Simd for Neon {
         unsafe { vrndnq_f32(a) }
     }
     #[inline(always)]
+    fn pow2_of_shifted(self, t: float32x4_t) -> float32x4_t {
+        // SAFETY: see the impl.
+        unsafe { vreinterpretq_f32_u32(vshlq_n_u32::<23>(vreinterpretq_u32_f32(t))) }
+    }
+    #[inline(always)]
     fn pow2i(self, n: float32x4_t) -> float32x4_t {
         // SAFETY: see the impl.
         unsafe {

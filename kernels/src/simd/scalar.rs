@@ -124,6 +124,10 @@ impl Simd for Scalar {
         a.round_ties_even()
     }
     #[inline(always)]
+    fn pow2_of_shifted(self, t: f32) -> f32 {
+        f32::from_bits(t.to_bits() << 23)
+    }
+    #[inline(always)]
     fn pow2i(self, n: f32) -> f32 {
         f32::from_bits((((n as i32) + 127) as u32) << 23)
     }
