@@ -845,7 +845,7 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
 ) {
     let lanes = S::LANES;
     let n = d - i;
-    debug_assert!(B % 2 == 0 && B <= BLOCK && 0 < n && n <= B * lanes);
+    debug_assert!(B.is_power_of_two() && B >= 2 && B <= BLOCK && 0 < n && n <= B * lanes);
     let (full, part) = (n / lanes, n % lanes);
     let zero = s.splat(0.0);
     let mut z = [zero; B];
