@@ -68,15 +68,16 @@
 //! # Row pipeline
 //!
 //! Rows go through a two-stage pipeline: the normalize sweep of row `r − 1` runs inside the
-//! statistics sweep of row `r`, behind it, in spans of 256 values. Each sweep still sees its
-//! row once; what changes is that reading one row from memory overlaps writing the other, as
-//! in a copy, and that the long dependency chain that ends a row's statistics (lane
-//! reductions, square root, division) overlaps the next row's work. Rows of at least 512
-//! floats also prefetch the next row during their statistics sweep. (Measured with 32 MiB of
-//! rows, d = 4096, AVX-512: the pipeline and the prefetch took LayerNorm from 35% to about 70%
-//! of the copy bandwidth and RMSNorm to about 90%. Spans of 256 rather than one Welford step
-//! of 4 vectors: 13–15% faster in cache on AVX-512 at d = 1024, the same beyond L2; 128 and
-//! 1024 were slower.)
+//! statistics sweep of row `r`, behind it, in spans of at least 256 values, between Welford
+//! chunks (see `Trail::upto`). Each sweep still sees its row once; what changes is that
+//! reading one row from memory overlaps writing the other, as in a copy, and that the long
+//! dependency chain that ends a row's statistics (lane reductions, square root, division)
+//! overlaps the next row's work. Rows of at least 512 floats also prefetch the next row
+//! during their statistics sweep. (Measured with 32 MiB of rows, d = 4096, AVX-512: the
+//! pipeline and the prefetch took LayerNorm from 35% to about 70% of the copy bandwidth and
+//! RMSNorm to about 90%. Spans of 256 rather than one Welford step of 4 vectors: 13–15%
+//! faster in cache on AVX-512 at d = 1024, the same beyond L2; 128 and 1024 were slower,
+//! with the trail looked at every step.)
 //!
 //! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
 //! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
@@ -695,8 +696,15 @@ impl<'a, P> Trail<'a, P> {
 
     /// Runs the pending sweep up to `to < d` once at least [`TRAIL_SPAN`] values wait: each
     /// call of the sweep costs a loop setup, and calling it per Welford step (4 vectors) made
-    /// LayerNorm 13–15% slower in cache on AVX-512 (d = 1024). A compare and a branch per
-    /// step when it does not run.
+    /// LayerNorm 13–15% slower in cache on AVX-512 (d = 1024).
+    ///
+    /// The statistics sweeps call it between chunks (every 512 values on AVX2, 1024 on
+    /// AVX-512; 256 and 512 for `Σh²`). Called per step, its test kept the normalize
+    /// constants live inside the Welford loop, which then spilled three accumulators and
+    /// copied two (AVX2): per chunk, the step is 36 instructions instead of 47, and LayerNorm
+    /// ran 9–11% fewer instructions (16×1024, 64×256, 4×4096) and 3–8% faster (Zen 3, best of
+    /// 4 alternating runs). Rows of one chunk (`d ≤ 1024` on AVX-512) then normalize the
+    /// previous row at their end, in one span: not measured on AVX-512.
     #[inline(always)]
     fn upto<S: Simd>(&mut self, s: S, to: usize)
     where
@@ -770,8 +778,12 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
                 m[a] = s.mul_add(delta, rk, m[a]);
                 m2[a] = s.mul_add(delta, s.sub(z, m[a]), m2[a]);
             }
-            trail.upto(s, i);
             i += group;
+        }
+        // The trail between chunks, not inside them (see `Trail::upto`); before the merge,
+        // whose chain of reductions it gives independent work to overlap.
+        if i < d {
+            trail.upto(s, i);
         }
         merge_lanes(s, &m, &m2, steps, &mut total);
         left -= steps;
@@ -943,12 +955,15 @@ pub(crate) unsafe fn sum_squares<S: Simd, R: Source<S>, P: Pending<S>>(s: S, src
             let v = unsafe { src.full(s, i + a * lanes) };
             *acc = s.mul_add(v, v, *acc);
         }
-        trail.upto(s, i);
         i += group;
         steps += 1;
         if steps == SQUARE_STEPS {
             total += reduce_sum(s, &mut acc);
             steps = 0;
+            // The trail between chunks, as in `moments`.
+            if i < d {
+                trail.upto(s, i);
+            }
         }
     }
     total += reduce_sum(s, &mut acc);
