@@ -898,20 +898,8 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     let lanes = S::LANES;
     let n = d - i;
     debug_assert!(B.is_power_of_two() && B >= 2 && B <= BLOCK && 0 < n && n <= B * lanes);
-    let (full, part) = (n / lanes, n % lanes);
-    let zero = s.splat(0.0);
-    let mut z = [zero; B];
-    // (Loops, not closures: a closure carries no target features, and where LLVM declines
-    // to inline it its intrinsics become calls.)
-    for (j, z) in z.iter_mut().enumerate() {
-        // SAFETY: vector `j < full` reads `i + j·LANES .. + LANES ≤ d`, the partial one `..d`.
-        if j < full {
-            *z = s.sub(unsafe { src.full(s, i + j * lanes) }, kv);
-        } else if j == full && part > 0 {
-            let v = s.sub(unsafe { src.partial(s, i + j * lanes, part) }, kv);
-            *z = s.select(s.first_lanes(part), v, zero);
-        }
-    }
+    // SAFETY: forwarded.
+    let z = unsafe { load_block::<S, R, B>(s, src, i, n, kv) };
     let sum = tree(s, z);
     // `n ≤ BLOCK·MAX_LANES`: exact as u32 and f32.
     let rn = 1.0 / n as u32 as f64;
@@ -929,6 +917,31 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     let dev = tree_squares(s, t);
     let off = mean - mc as f64;
     total.merge(n as f64, mean, s.reduce_add_f64(dev) - n as f64 * off * off);
+}
+
+/// The values `i..i + n` of `src` minus `kv`, in `B` vectors, zero past them.
+///
+/// # Safety
+/// `src` covers `i..i + n`, `n ≤ B·LANES`.
+#[inline(always)]
+unsafe fn load_block<S: Simd, R: Source<S>, const B: usize>(s: S, src: &R, i: usize, n: usize, kv: S::V) -> [S::V; B] {
+    let lanes = S::LANES;
+    let (full, part) = (n / lanes, n % lanes);
+    let zero = s.splat(0.0);
+    let mut z = [zero; B];
+    // (Loops, not closures: a closure carries no target features, and where LLVM declines
+    // to inline it its intrinsics become calls.)
+    for (j, z) in z.iter_mut().enumerate() {
+        // SAFETY: vector `j < full` reads `i + j·LANES .. + LANES ≤ i + n`, the partial one
+        // `..i + n`.
+        if j < full {
+            *z = s.sub(unsafe { src.full(s, i + j * lanes) }, kv);
+        } else if j == full && part > 0 {
+            let v = s.sub(unsafe { src.partial(s, i + j * lanes, part) }, kv);
+            *z = s.select(s.first_lanes(part), v, zero);
+        }
+    }
+    z
 }
 
 /// `BLOCK·MAX_LANES` ones, then as many zeros: the weights of [`merge_block`].
@@ -983,18 +996,10 @@ pub(crate) unsafe fn sum_squares<S: Simd, R: Source<S>, P: Pending<S>>(s: S, src
     let main = d - d % group;
     let mut trail = Trail::new(pending, d);
     if d <= BLOCK * lanes {
-        // A short row, held in registers as in `merge_block`: one tree of squares.
-        let zero = s.splat(0.0);
-        let (full, part) = (d / lanes, d % lanes);
-        let mut z = [zero; BLOCK];
-        for (j, z) in z.iter_mut().enumerate() {
-            // SAFETY: vector `j < full` reads `j·LANES .. + LANES ≤ d`, the partial one `..d`.
-            if j < full {
-                *z = unsafe { src.full(s, j * lanes) };
-            } else if j == full && part > 0 {
-                *z = s.select(s.first_lanes(part), unsafe { src.partial(s, j * lanes, part) }, zero);
-            }
-        }
+        // A short row, held in registers as in `merge_block`: one tree of squares. (`x − 0`
+        // is `x`, and the compiler drops it.)
+        // SAFETY: `src` covers `0..d`, `d ≤ BLOCK·LANES`.
+        let z = unsafe { load_block::<S, R, BLOCK>(s, src, 0, d, s.splat(0.0)) };
         trail.finish(s);
         return s.reduce_add_f64(tree_squares(s, z));
     }
