@@ -623,10 +623,9 @@ fn hard_rows() {
             )
             .unwrap();
             assert!(h.iter().zip(x).all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan()));
-            assert!(y
-                .iter()
-                .zip(&y2)
-                .all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()));
+            // The add forms gather their statistics by Welford chunks, `layer_norm` two-pass:
+            // not the same bits, each held to the same bound.
+            assert_hard(&k, name, x, *d, &y2);
         }
         if let Some(nan) = cases.iter().find(|c| c.0.starts_with("NaN")) {
             let mut y = vec![0.0; nan.1.len()];

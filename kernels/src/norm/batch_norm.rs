@@ -5,7 +5,7 @@
 //!
 //! A channel's values are `N` segments of `S` contiguous floats, `C·S` apart. When segments
 //! are long (`S ≥ 4·ACC·LANES`), each one goes through the row machinery of LayerNorm (the
-//! per-lane Welford sweep, merged per segment in f64) and is normalized with per-channel
+//! chunked two-pass sweep, merged per segment in f64) and is normalized with per-channel
 //! constants broadcast. When they are short (down to `S = 1`, where a channel is a column of an
 //! `[N, C]` matrix), the lanes run across the positions instead: a block of `ACC·LANES`
 //! consecutive positions is swept down the `N` rows with one Welford recurrence per position
@@ -357,7 +357,7 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
             let k = unsafe { (*call.x.add(ch * sp)).to_f32() };
             let mut mo = Moments::default();
             for i in 0..n {
-                let src = Plain {
+                let src: Plain<E> = Plain {
                     x: unsafe { call.x.add((i * c + ch) * sp) },
                     ahead: [std::ptr::null(); 2],
                 };

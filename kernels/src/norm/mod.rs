@@ -3,31 +3,24 @@
 //!
 //! # Algorithm: one read for the statistics, one sweep to normalize
 //!
-//! A row `h` of length `d` is read once to gather its mean and variance, then swept once more
-//! (from L1 or L2) to write `y`. The statistics sweep is a *per-lane Welford* recurrence,
-//! shifted by the row's first value `K = h₀`:
+//! A row `h` of length `d` is read once from memory to gather its mean and variance, then swept
+//! once more (from L1 or L2) to write `y`. The statistics go by *chunks* of 512 values on AVX2
+//! (1024 on AVX-512; `STEPS` steps of `ACC` vectors), each small enough to stay in L1
+//! between two passes over it, shifted by the row's first value `K = h₀`:
 //!
 //! ```text
 //! z = h − K                          (exact when h and K are within a factor 2 of each other)
-//! m_k = m_{k−1} + (z − m_{k−1})·(1/k)       (1/k from the table RECIP: no division)
-//! M_k = M_{k−1} + (z − m_{k−1})·(z − m_k)
+//! mean_c = Σ z / n                   first pass: four vector accumulators, lanes summed in f64
+//! M_c = Σ (z − m)² − n·(mean_c − m)²       second pass, centred on m = f32(mean_c), from L1
 //! ```
 //!
-//! Each of four accumulators holds one vector of lanes, so every lane of every accumulator
-//! has seen the same number `k` of values and one broadcast `1/k` serves them all; four
-//! independent chains hide the 8-cycle latency of a step (subtract, then FMA). After
-//! 16 steps (a *chunk*) the lanes are merged with Chan's parallel formula
-//!
-//! ```text
-//! mean = Σ_l m_l / L        M2 = Σ_l M_l + k·Σ_l (m_l − mean)²
-//! ```
-//!
-//! (the k-way form, lane sums taken in f64), and the chunk is merged into the row's f64
-//! moments with Chan's pairwise formula. The last `< ACC·LANES` values of the row, too few
-//! for a step, are held in registers and reduced two-pass (sum, then squared deviations),
-//! then merged the same way; so is a whole row of at most `2·ACC` vectors (64 values on AVX2,
-//! 128 on AVX-512), which skips the recurrence. `E[x²] − E[x]²` is never formed. Finally, in f64,
-//! `μ = K + mean`, `σ² = M2/d`, `rstd = 1/√(σ² + ε)`, and the normalize sweep computes
+//! and each chunk is merged into the row's f64 moments with Chan's pairwise formula. The last
+//! `< ACC·LANES` values of the row, too few for a step, are held in registers and reduced
+//! two-pass the same way; so is a whole row of at most `2·ACC` vectors (64 values on AVX2, 128
+//! on AVX-512). `E[x²] − E[x]²` is never formed: the second pass sums squared deviations from a
+//! centre within rounding of the chunk's mean, and the correction `n·(mean_c − m)²` is of the
+//! second order in the rounding unit. Finally, in f64, `μ = K + mean`, `σ² = M2/d`,
+//! `rstd = 1/√(σ² + ε)`, and the normalize sweep computes
 //!
 //! ```text
 //! y = ((h − μ_hi)·rstd − μ_lo·rstd)·γ + β       μ_hi = f32(μ), μ_lo = μ − μ_hi
@@ -37,10 +30,41 @@
 //! such as `10⁷ + N(0, 1)`, whose mean f32 cannot hold, still normalizes to a relative
 //! error of about 10⁻⁷.
 //!
-//! The shift is what makes the recurrence accurate on rows far from 0 (the first value is a
-//! good guess of the mean); the chunking bounds how far rounding errors of the running means
-//! can spread (they grow with the chunk length, not with `d`); f64 beyond the chunk makes the
-//! merges exact for practical purposes.
+//! The shift is what keeps the sums accurate on rows far from 0 (the first value is a good
+//! guess of the mean); the chunking bounds how far rounding errors can grow (with the chunk
+//! length, not with `d`); f64 beyond the chunk makes the merges exact for practical purposes.
+//!
+//! **Two passes over L1 rather than Welford.** DESIGN.md names a per-lane Welford recurrence
+//! (a running mean and `M2` per lane, `1/k` from a table), and the rows went that way until
+//! measured against this: the recurrence costs a broadcast, three subtractions and two
+//! FMAs a vector, on one dependency chain per accumulator; the two passes cost two additions
+//! a vector each plus one FMA, with the loads as memory operands, and their chains are
+//! independent. The row is still read once from memory (the second pass reads the chunk back
+//! from L1), and the error bound below holds for both with room to spare. Measured on Zen 3
+//! (AVX2, best of 3 in alternating runs) against the Welford chunks: LayerNorm 16×1024 −9%
+//! and 64×256 −11% in time, 16×1024 −6% in instructions.
+//!
+//! The add forms keep the per-lane Welford recurrence over their chunks, read once: their
+//! first pass builds `h` and stores it, so a second pass would load it back (a third load a
+//! vector, beside `x` and `r`) or, where nothing is stored (streamed outputs, half types),
+//! build it again. Measured that way (Zen 3, AVX2, best of 3) they ran 6–10% slower than with
+//! Welford in cache (16×1024, 4×4096) and 10–17% slower beyond the last-level cache with the
+//! `h` output (4096×1024, 1024×4096), though 2–6% faster at 64×256 and 256×64. So does
+//! BatchNorm where its channels are short columns (there a second pass would be a second
+//! strided sweep), per position. Each of the four accumulators holds one vector of lanes;
+//! every lane has seen the same number `k` of values, so one broadcast `1/k` (from the table
+//! `RECIP`, no division) serves them all:
+//!
+//! ```text
+//! m_k = m_{k−1} + (z − m_{k−1})·(1/k)        M_k = M_{k−1} + (z − m_{k−1})·(z − m_k)
+//! ```
+//!
+//! and the lanes of a chunk are merged with the k-way form of Chan's formula,
+//! `mean = Σ_l m_l / L`, `M2 = Σ_l M_l + k·Σ_l (m_l − mean)²`. The blocks of short add rows
+//! (see below) run the plain row loop over their stored `h` with the same Welford chunks, so
+//! they stay bit for bit equal to the row loop. `layer_norm` and `add_layer_norm` with `r = 0`
+//! are therefore not bit for bit equal on rows of more than `2·ACC` vectors; both are within
+//! the bound below.
 //!
 //! RMSNorm needs no mean: `Σh²` is accumulated in the same chunked way (sums of squares have
 //! no cancellation), a short row as one tree of squares from registers, then `y = h·rstd·g`.
@@ -68,8 +92,8 @@
 //! # Row pipeline
 //!
 //! Rows go through a two-stage pipeline: the normalize sweep of row `r − 1` runs inside the
-//! statistics sweep of row `r`, behind it, in spans of at least 256 values, between Welford
-//! chunks (see `Trail::upto`). Each sweep still sees its row once; what changes is that
+//! statistics sweep of row `r`, behind it, in spans of at least 256 values, between the
+//! chunks' passes (see `Trail::upto`). Each sweep still sees its row once; what changes is that
 //! reading one row from memory overlaps writing the other, as in a copy, and that the long
 //! dependency chain that ends a row's statistics (lane reductions, square root, division)
 //! overlaps the next row's work. Rows of at least 512 floats also prefetch the next row
@@ -99,12 +123,14 @@
 //! AVX2); not used beyond the last-level cache, where it loses the row loop's overlap of
 //! memory and computation, nor for longer rows, where the gain is small or a loss.
 //!
-//! Short rows keep the row layout. At `d = 64` a row is a single Welford step, so much of its
-//! cost is the merge of its lanes and the chain of reductions, square root and division that
-//! ends it (4.2 Gelem/s at 256×64 on AVX-512, 15 ns a row; the plain two-pass loop takes
-//! about 4.4 times as long).
+//! Short rows keep the row layout. At `d = 64` a row is one block of registers, so much of its
+//! cost is the chain of reductions, square root and division that ends it (4.2 Gelem/s at
+//! 256×64 on AVX-512 with the Welford step of the time, 15 ns a row; the plain two-pass loop
+//! took about 4.4 times as long). Such rows leave `moments` before its chunk loop: sharing
+//! the function's registers with the loop cost them 6% on Zen 3 (256×64, AVX2), and leaving
+//! early made them 9% faster than with the Welford chunks.
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
-//! in L1 a `LANES × LANES` block at a time, the same per-lane Welford with one row per lane,
+//! in L1 a `LANES × LANES` block at a time, the per-lane Welford of the time with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
 //! `d = 64` on AVX-512 (LayerNorm and RMSNorm), but lost 12% at `d = 256`, 4–18% on AVX2,
 //! and 8–26% on the add forms; the transposes alone (four shuffles per vector) took about a
@@ -155,30 +181,48 @@
 //! |y_j − ŷ_j| ≤ |γ_j|·rstd·E_μ + |ŷ_j − β_j|·(ε_r + 3u) + u·|ŷ_j| + 2⁻¹⁴⁸·(1 + |γ_j|)
 //! ```
 //!
-//! Derivation, to first order in `u`. A rounding in the update of a running mean is the same
-//! as perturbing the value just added by `p_k ≤ 2u|z_k − m_{k−1}| + k·u·|m_k| ≤ 4uR + k·u·Z`;
-//! averaged over a chunk of `n ≤ 16` steps that moves the mean by `≤ 4uR + (n+1)/2·uZ`; with the
-//! shift (`uZ`) and the f32 sum of the four accumulators (`2uZ`): `E_μ`. Such a perturbation
-//! moves `M2` by `|2(m_{k−1} − z̄) + (z_k − m_{k−1})/k|·p_k ≤ 2R(1 + 1/k)·p_k` (the Welford
-//! recurrence is first-order sensitive to its running mean, unlike a two-pass sum), which
-//! over a chunk averages to `≤ 8.7uR² + 18.75uRZ` per value; the shift adds `2uRZ`, the
-//! rounding of chunk means `2R·3uZ`, and the roundings of the `M` increments, of their sums and
-//! of the between-lane term at most `(n + 4)u·σ²`. `μ_hi + μ_lo` holds `μ` to `2⁻⁵³|μ|`, which is
-//! below `2⁻²⁹·uZ`. A block reduced two-pass (a short row, or a row's last values) stays
-//! within these terms: its mean carries the shift and at most four roundings per value in its
-//! tree (`≤ 4uZ`); its `M2` carries one rounding per deviation (`2u` on its square), at most
-//! four per square in its sum, and the centring offset to second order (`≤ 6u·σ²`). The
-//! normalize sweep rounds `h − μ_hi` (only where it is not exact), the first FMA and `rstd`
-//! (`3u` on `ŷ − β`) and the second FMA (`u·|ŷ|`). The `2⁻¹⁴⁰` terms cover
-//! results that fall into the subnormals.
+//! Derivation, to first order in `u`, for a chunk of a row (`n ≤ 16` values per lane and
+//! accumulator). The shift rounds each `z` by at most `uZ`. Each lane of an accumulator sums
+//! its `n` values in order, rounding partial sums of at most `kZ` (`k = 2..n`): at most
+//! `(n(n+1)/2 − 1)·uZ`, or `8.44uZ` per value; the tree of the four accumulators adds `2uZ`,
+//! the f64 sum of the lanes nothing: `11.44uZ ≤ E_μ`. In the second pass a deviation
+//! `t = z − m` (`|t| ≤ 2R`) carries the shift's `uZ` and its own rounding `u|t|`, which move
+//! its square by `4uRZ + 2u·t²`; the FMAs that sum `n` squares per lane round at most
+//! `n·u` of their sum, the tree `2u`, so with `Σ t² = M2 + O(u²)` (the chunk's sum of squared
+//! deviations is at most its share of the row's `d·σ²`) the chunk's `M2` is within
+//! `(n + 4)u·σ² + 4uRZ` per value of its own. Centring on `m` instead of the exact chunk mean
+//! costs nothing at first order: `Σ(z − m)² = M2 + n·(mean − m)²` exactly, and the correction
+//! uses the computed mean, off by `O(uZ)`, in a term that is itself `O(u²)`. So the rows meet
+//! `E_v` with `9R² + 23RZ` of room. A block reduced two-pass (a short row, or a row's last
+//! values) stays within the same terms: its mean carries the shift and at most four roundings
+//! per value in its tree (`≤ 4uZ`); its `M2` carries one rounding per deviation (`2u` on its
+//! square), at most four per square in its sum, and the centring offset to second order
+//! (`≤ 6u·σ²`).
+//!
+//! The bound's `9R² + 27RZ` are for the Welford chunks (the add forms' rows, per lane, and
+//! BatchNorm's short channels, per position down the rows): there a rounding in the update of a running mean
+//! is the same as perturbing the value just added by `p_k ≤ 2u|z_k − m_{k−1}| + k·u·|m_k| ≤
+//! 4uR + k·u·Z`; averaged over a chunk of `n ≤ 16` steps that moves the mean by
+//! `≤ 4uR + (n+1)/2·uZ`; with the shift (`uZ`) and the f32 sum of the four accumulators
+//! (`2uZ`): `E_μ`. Such a perturbation moves `M2` by
+//! `|2(m_{k−1} − z̄) + (z_k − m_{k−1})/k|·p_k ≤ 2R(1 + 1/k)·p_k` (the recurrence is first-order
+//! sensitive to its running mean, unlike a two-pass sum), which over a chunk averages to
+//! `≤ 8.7uR² + 18.75uRZ` per value; the shift adds `2uRZ`, the rounding of chunk means
+//! `2R·3uZ`, and the roundings of the `M` increments, of their sums and of the between-lane
+//! term at most `(n + 4)u·σ²`.
+//!
+//! In both, `μ_hi + μ_lo` holds `μ` to `2⁻⁵³|μ|`, which is below `2⁻²⁹·uZ`. The normalize
+//! sweep rounds `h − μ_hi` (only where it is not exact), the first FMA and `rstd` (`3u` on
+//! `ŷ − β`) and the second FMA (`u·|ŷ|`). The `2⁻¹⁴⁰` terms cover results that fall into the
+//! subnormals.
 //!
 //! For RMSNorm (`ms = mean(h²)`): `e = (10u·ms + 2⁻¹⁴⁹)/(ms + ε)`, `ε_r = e/2 + e² + 2u`, and
 //! `|y_j − ŷ_j| ≤ |ŷ_j|·(ε_r + 2u) + 2⁻¹⁴⁸·(1 + |g_j|)` — about `9u` relative: 8 roundings per
 //! lane in a chunk and 2 in the sum of the accumulators, halved by the square root, then the
 //! f32 `rstd` and two products.
 //!
-//! These bounds are worst cases over the rounding errors (the Welford terms assume every
-//! rounding in a chunk errs the same way); measured errors are far smaller, a few `u·|ŷ|` on
+//! These bounds are worst cases over the rounding errors (they assume every rounding in a
+//! chunk errs the same way); measured errors are far smaller, a few `u·|ŷ|` on
 //! ordinary rows (`kernels/tests/norm.rs` prints the worst ratio to the bound).
 //!
 //! # Special values
@@ -201,16 +245,20 @@ pub use rms_norm::RmsNormOptions;
 use crate::simd::Simd;
 use crate::{Element, Error};
 
-/// Independent accumulators of the statistics sweep: each Welford step is a subtract and an
-/// FMA deep (8 cycles), issued at about two vectors a cycle, so four chains keep it busy.
+/// Independent accumulators of the statistics sweep: a chunk's first pass adds into each
+/// (3-cycle chains), its second accumulates squares into each with FMAs (4-cycle chains); a
+/// Welford step is a subtract and an FMA deep (8 cycles). Issued at about two
+/// vectors a cycle, four chains keep them busy.
 pub(crate) const ACC: usize = 4;
 
-/// Welford steps per chunk (per lane and accumulator): the length of [`RECIP`]. The rounding
-/// error of a chunk grows with it (see the module docs); 16 keeps the lane merges below 15%
-/// of the sweep.
+/// Steps (of [`ACC`] vectors) per chunk: 512 values on AVX2, 1024 on AVX-512, read twice from
+/// L1 when two-pass; Welford steps per lane otherwise (the length of [`RECIP`]). The rounding
+/// error of a chunk grows with it (see the module docs); 16 keeps the merges below 15% of the
+/// sweep.
 pub(crate) const STEPS: usize = 16;
 
-/// `RECIP[k] = 1/k` rounded to f32: the weight of the k-th value of a running mean.
+/// `RECIP[k] = 1/k` rounded to f32: the weight of the k-th value of a running mean, and the
+/// scale of a chunk's sum (no division in the sweeps).
 static RECIP: [f32; STEPS + 1] = {
     let mut t = [0.0f32; STEPS + 1];
     let mut k = 1;
@@ -231,7 +279,7 @@ const SQUARE_STEPS: usize = 8;
 pub(crate) const PREFETCH_MIN: usize = 512;
 
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
-/// statistics two-pass, without Welford chunks: `2·ACC`, 64 values on AVX2, 128 on AVX-512.
+/// statistics two-pass, without chunks: `2·ACC`, 64 values on AVX2, 128 on AVX-512.
 const BLOCK: usize = 2 * ACC;
 
 /// Floats per cache line: one prefetch per line.
@@ -286,6 +334,11 @@ impl Moments {
 /// Where the statistics sweep gets a row's values `h` from: read from `x`, or built as
 /// `α·x + (r + b)` (and, for f32, stored on the way).
 pub(crate) trait Source<S: Simd> {
+    /// Whether the statistics sweep reads each chunk twice (its sum, then its squared
+    /// deviations from its mean, the second pass from L1, calling [`Source::full`] again), or
+    /// runs the per-lane Welford recurrence over it once (see the module docs). Two passes
+    /// only where `full` is a bare load.
+    const TWO_PASS: bool;
     /// `h₀`, computed exactly as the vector lanes compute it.
     ///
     /// # Safety
@@ -386,13 +439,14 @@ fn prefetch_ahead<S: Simd, E, const N: usize>(s: S, i: usize, ahead: &[*const E;
 }
 
 /// A row read as it is (widened exactly to f32).
-pub(crate) struct Plain<E> {
+pub(crate) struct Plain<E, const TWO_PASS: bool = true> {
     pub x: *const E,
     /// The inputs of the next row, prefetched during this row's statistics sweep (null: none).
     pub ahead: [*const E; 2],
 }
 
-impl<S: Simd, E: Element> Source<S> for Plain<E> {
+impl<S: Simd, E: Element, const TWO_PASS: bool> Source<S> for Plain<E, TWO_PASS> {
+    const TWO_PASS: bool = TWO_PASS;
     #[inline(always)]
     unsafe fn first(&self) -> f32 {
         // SAFETY: the row is not empty.
@@ -418,7 +472,7 @@ impl<S: Simd, E: Element> Source<S> for Plain<E> {
     }
 }
 
-impl<S: Simd, E: Element> RowSource<S, E> for Plain<E> {
+impl<S: Simd, E: Element, const TWO_PASS: bool> RowSource<S, E> for Plain<E, TWO_PASS> {
     type Back = Reread<E>;
     #[inline(always)]
     unsafe fn row(_: S, call: &NormCall<E>, off: usize) -> (Self, Reread<E>) {
@@ -538,6 +592,7 @@ impl<S: Simd, E: Element, const BIAS: bool> AddResidual<S, E, BIAS> {
 }
 
 impl<S: Simd, E: Element, const BIAS: bool> Source<S> for AddResidual<S, E, BIAS> {
+    const TWO_PASS: bool = false;
     #[inline(always)]
     unsafe fn first(&self) -> f32 {
         // SAFETY: the row is not empty, and nothing of it was stored yet.
@@ -744,8 +799,9 @@ impl<'a, P> Trail<'a, P> {
     }
 }
 
-/// Mean and sum of squared deviations of `h − k` over a row of `d ≥ 1` values, by per-lane
-/// Welford in chunks of [`STEPS`] steps (see the module docs). The mean is relative to `k`.
+/// Mean and sum of squared deviations of `h − k` over a row of `d ≥ 1` values, in chunks of
+/// [`STEPS`] steps, two-pass from L1 or by per-lane Welford (see [`Source::TWO_PASS`] and the
+/// module docs). The mean is relative to `k`.
 /// `pending` runs over the row behind it (see [`Trail::upto`]).
 ///
 /// # Safety
@@ -763,27 +819,38 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
     let kv = s.splat(k);
     let mut total = Moments::default();
     let mut trail = Trail::new(pending, d);
-    // Rows of at most `BLOCK` vectors are held in registers and merged two-pass.
-    let mut left = if d <= BLOCK * lanes { 0 } else { d / group };
+    if d <= BLOCK * lanes {
+        // A short row, held in registers and merged two-pass.
+        // SAFETY: `src` covers `0..d`, at most `BLOCK` vectors.
+        unsafe { merge_block::<S, R, BLOCK>(s, src, 0, d, kv, &mut total) };
+        trail.finish(s);
+        return total;
+    }
+    let mut left = d / group;
     let mut i = 0;
-    // SAFETY (all loads): step `i` reads `i..i + ACC·LANES ≤ d`; the remainder reads `i..d`.
     while left > 0 {
         let steps = left.min(STEPS);
-        // SAFETY: the chunk's `steps` steps read `i..i + steps·ACC·LANES ≤ d`.
-        let (m, m2) = unsafe {
-            if src.prefetches() {
-                welford_chunk::<S, R, true>(s, src, i, steps, kv)
-            } else {
-                welford_chunk::<S, R, false>(s, src, i, steps, kv)
+        let end = i + steps * group;
+        if R::TWO_PASS {
+            // SAFETY: the chunk `i..end` is within `0..d`.
+            unsafe { two_pass_chunk(s, src, i, end, steps, kv, &mut trail, &mut total) };
+        } else {
+            // SAFETY: as above.
+            let (m, m2) = unsafe {
+                if src.prefetches() {
+                    welford_chunk::<S, R, true>(s, src, i, steps, kv)
+                } else {
+                    welford_chunk::<S, R, false>(s, src, i, steps, kv)
+                }
+            };
+            // The trail between chunks, not inside them (see `Trail::upto`); before the
+            // merge, whose chain of reductions it gives independent work to overlap.
+            if end < d {
+                trail.upto(s, end);
             }
-        };
-        i += steps * group;
-        // The trail between chunks, not inside them (see `Trail::upto`); before the merge,
-        // whose chain of reductions it gives independent work to overlap.
-        if i < d {
-            trail.upto(s, i);
+            merge_lanes(s, &m, &m2, steps, &mut total);
         }
-        merge_lanes(s, &m, &m2, steps, &mut total);
+        i = end;
         left -= steps;
     }
     // SAFETY: `src` covers `i..d`, at most `BLOCK` vectors (fewer than `ACC` after chunks).
@@ -796,6 +863,101 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
     }
     trail.finish(s);
     total
+}
+
+/// Merges the chunk `i..end` of `steps` steps into `total`, two-pass (see the module docs),
+/// running `trail` between the passes.
+///
+/// # Safety
+/// `src` covers `i..end`, and `trail` a row of at least `end` values.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
+    s: S,
+    src: &R,
+    i: usize,
+    end: usize,
+    steps: usize,
+    kv: S::V,
+    trail: &mut Trail<'_, P>,
+    total: &mut Moments,
+) {
+    // SAFETY: forwarded.
+    let sum = unsafe {
+        if src.prefetches() {
+            chunk_sum::<S, R, true>(s, src, i, end, kv)
+        } else {
+            chunk_sum::<S, R, false>(s, src, i, end, kv)
+        }
+    };
+    // The sum is of `k − h`: the chunk's mean of `h − k` is minus its mean. `mc`, the same in
+    // f32 (`1/group` is a power of two; `RECIP[steps]` exact when `steps` is one), centres the
+    // second pass; its offset from `mean` is removed below.
+    let group = ACC * S::LANES;
+    let n = (steps * group) as f64;
+    let mean = -s.reduce_add_f64(sum) / n;
+    let mc = s.reduce_add(sum) * -RECIP[steps] * (1.0 / group as f32);
+    // The trail between the passes (see `Trail::upto`): independent work while the sum above
+    // goes through its reductions.
+    if end < trail.d {
+        trail.upto(s, end);
+    }
+    // SAFETY: forwarded.
+    let m2 = unsafe { chunk_squares(s, src, i, end, kv, s.splat(mc)) };
+    let off = mean - mc as f64;
+    total.merge(n, mean, m2 - n * off * off);
+}
+
+/// The first pass over a chunk `i..end` (a multiple of `ACC·LANES` values): `Σ(k − h)` (`k`
+/// splat in `kv`), as a tree of the [`ACC`] accumulators; prefetches the next row's inputs
+/// where `PREFETCH`.
+///
+/// Both passes compute `k − h` rather than `h − k` (the same value negated, exactly), so that
+/// the load of `h` is the subtraction's memory operand on x86.
+///
+/// # Safety
+/// `src` covers `i..end`; `PREFETCH` only where `src.prefetches()`.
+#[inline(always)]
+unsafe fn chunk_sum<S: Simd, R: Source<S>, const PREFETCH: bool>(
+    s: S,
+    src: &R,
+    mut i: usize,
+    end: usize,
+    kv: S::V,
+) -> S::V {
+    let lanes = S::LANES;
+    let mut sum = [s.splat(0.0); ACC];
+    while i < end {
+        for (a, sum) in sum.iter_mut().enumerate() {
+            if PREFETCH && (a * lanes) % LINE == 0 {
+                src.prefetch(s, i + a * lanes);
+            }
+            // SAFETY: inside the chunk.
+            *sum = s.add(*sum, s.sub(kv, unsafe { src.full(s, i + a * lanes) }));
+        }
+        i += ACC * lanes;
+    }
+    tree(s, sum)
+}
+
+/// The second pass over a chunk `i..end` after [`chunk_sum`]: `Σ(h − k − mc)²`, in f64 from
+/// [`ACC`] f32 accumulators, computed as `((k − h) + mc)²`.
+///
+/// # Safety
+/// `src` covers `i..end`, a multiple of `ACC·LANES` values; `full` is a bare load.
+#[inline(always)]
+unsafe fn chunk_squares<S: Simd, R: Source<S>>(s: S, src: &R, mut i: usize, end: usize, kv: S::V, mc: S::V) -> f64 {
+    let lanes = S::LANES;
+    let mut acc = [s.splat(0.0); ACC];
+    while i < end {
+        for (a, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: inside the chunk.
+            let t = s.add(s.sub(kv, unsafe { src.full(s, i + a * lanes) }), mc);
+            *acc = s.mul_add(t, t, *acc);
+        }
+        i += ACC * lanes;
+    }
+    s.reduce_add_f64(tree(s, acc))
 }
 
 /// The per-lane Welford accumulators `(m, M)` of the chunk of `steps ≤ STEPS` steps from `i`
@@ -876,7 +1038,7 @@ fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, t
 
 /// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most `B ≤` [`BLOCK`]
 /// vectors) into `total`, two-pass from registers: their sum, then the squares of their
-/// deviations from `mc`, an f32 mean, as in [`merge_lanes`].
+/// deviations from `mc`, an f32 mean, as in [`moments`].
 ///
 /// Only the loads depend on `n = d − i`: the vectors past the end are zero, the sums run as
 /// trees over all `B` of them, and the deviations are `z − mc·w` with `w` 1 on the
@@ -1144,7 +1306,10 @@ macro_rules! for_each_vector {
     ($lanes:expr, $d:expr, |$i:ident, $n:ident| $body:block) => {{
         let (lanes, d): (usize, usize) = ($lanes, $d);
         let mut at = 0;
-        while at + 4 * lanes <= d {
+        // Tested against `at < whole`, not `at + 4·lanes <= d`: LLVM then keeps one
+        // induction variable (3 instructions of loop control per 4 vectors, not 5).
+        let whole = d - d % (4 * lanes);
+        while at < whole {
             for u in 0..4 {
                 let ($i, $n) = (at + u * lanes, lanes);
                 $body
@@ -1299,8 +1464,8 @@ pub(crate) fn mut_ptr_of(v: Option<&mut [f32]>) -> *mut f32 {
 /// y_j = (x_j − μ)·rstd·γ_j + β_j
 /// ```
 ///
-/// The statistics take one read of the row (per-lane Welford, see the [module docs](self)),
-/// the normalization one more sweep. A constant row gives `y = β` exactly.
+/// The statistics take one read of the row from memory (two passes over each chunk of it in
+/// L1, see the [module docs](self)), the normalization one more sweep. A constant row gives `y = β` exactly.
 ///
 /// Error bound (`u = 2⁻²⁴`; per row: `R = max |x_j − μ|`, `Z = max |x_j − x₀|`; derived in the
 /// [module docs](self)):
@@ -1584,7 +1749,7 @@ pub fn batch_norm_inplace<E: Element>(
 }
 
 /// BatchNorm in training mode over `x` of shape `[N, C, S]`: the statistics of each channel
-/// over its `N·S` values, in a single pass (Welford, see the [module docs](self)), then
+/// over its `N·S` values, in a single read from memory (see the [module docs](self)), then
 ///
 /// ```text
 /// y = (x − μ_c)·rstd_c·γ_c + β_c,        rstd_c = 1/√(σ²_c + ε)   (σ² biased)
