@@ -41,8 +41,11 @@
 //! a vector each plus one FMA, with the loads as memory operands, and their chains are
 //! independent. The row is still read once from memory (the second pass reads the chunk back
 //! from L1), and the error bound below holds for both with room to spare. Measured on Zen 3
-//! (AVX2, best of 3 in alternating runs) against the Welford chunks: LayerNorm 16×1024 −9%
-//! and 64×256 −11% in time, 16×1024 −6% in instructions.
+//! (AVX2, best of 3 in alternating runs) against the Welford chunks, together with the
+//! normalize sweep's memory operand (see `Normalize`) and the early exit of short rows (see
+//! `moments`): LayerNorm 16×1024 −9%, 64×256 −13%, 256×64 −9%, 4096×1024 −9%, with 4×4096
+//! and 1024×4096 even. Of the instructions at 16×1024 (−13% in all), the two passes took
+//! away 5 points and the normalize sweep 8.
 //!
 //! The add forms keep the per-lane Welford recurrence over their chunks, read once: their
 //! first pass builds `h` and stores it, so a second pass would load it back (a third load a
@@ -126,9 +129,10 @@
 //! Short rows keep the row layout. At `d = 64` a row is one block of registers, so much of its
 //! cost is the chain of reductions, square root and division that ends it (4.2 Gelem/s at
 //! 256×64 on AVX-512 with the Welford step of the time, 15 ns a row; the plain two-pass loop
-//! took about 4.4 times as long). Such rows leave `moments` before its chunk loop: sharing
-//! the function's registers with the loop cost them 6% on Zen 3 (256×64, AVX2), and leaving
-//! early made them 9% faster than with the Welford chunks.
+//! took about 4.4 times as long). Such rows leave `moments` before its chunk loop: with the
+//! two-pass loop in the same body they ran 6% slower than before it (Zen 3, 256×64, AVX2;
+//! register allocation, since the instructions were the same to 0.3%), leaving early 9%
+//! faster.
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
 //! in L1 a `LANES × LANES` block at a time, the per-lane Welford of the time with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
