@@ -15,7 +15,7 @@
 //! | [`sigmoid()`], [`swish()`] | `σ(x) = 1/(1 + e⁻ˣ)`, `swish(x) = x·σ(x)` | ≤ 3 ulp, `2⁻¹²⁶` absolute below it |
 //! | [`softmax()`] | `y_j = exp(z_j − m)/Σ exp(z − m)`, `z = fl(scale·x + mask)` | `(24 + \|z_j − m\|)·u` relative, `+ 2⁻¹²⁶` |
 //! | [`log_softmax()`] | `y_j = z_j − m − ln Σ exp(z − m)` | `(24 + \|z_j − m\| + \|ln d\| + \|y_j\|)·u` absolute |
-//! | [`layer_norm()`] | `y = (x − μ)·rstd·γ + β`, `rstd = 1/√(σ² + ε)`; statistics in one read (per-lane Welford) | `\|γ\|·rstd·E_μ + \|y − β\|·(ε_r + 3u) + u·\|y\|`, see [`norm`]; measured a few `u` |
+//! | [`layer_norm()`] | `y = (x − μ)·rstd·γ + β`, `rstd = 1/√(σ² + ε)`; statistics in one read (two passes per chunk in L1) | `\|γ\|·rstd·E_μ + \|y − β\|·(ε_r + 3u) + u·\|y\|`, see [`norm`]; measured a few `u` |
 //! | [`add_layer_norm()`] | `h = α·x + (r + b)`, `y = LN(h)`: Post-LN, Pre-LN, DeepNorm; `h` out optional | that of `layer_norm` on the f32 `h` |
 //! | [`rms_norm()`], [`add_rms_norm()`] | `y = h/√(mean(h²) + ε)·g` (`h` as above) | ≈ `9u` relative |
 //! | [`batch_norm()`] | `y = x·s_c + b_c`, running statistics folded per channel | `u·(\|x − μ_c\|·\|s_c\| + \|b_c\| + \|y\|)` |

@@ -813,7 +813,7 @@ fn long_rows_match_the_oracle_and_single_rows() {
 
 /// Many short rows, among them rows that are hard (`10⁷ + N(0, 1)`, values 40000 apart by 1,
 /// constant) or take the f64 path (a NaN, ±10³⁰), which must not disturb their neighbours:
-/// every row length around the vector widths, the Welford steps and chunks (64 values) and the
+/// every row length around the vector widths, the steps and chunks (64 values) and the
 /// tail of fewer than a step, up to 257, with 37 rows, against the oracle, through every form.
 #[test]
 fn short_rows_with_hard_rows_among_them() {
