@@ -104,7 +104,15 @@
 //! pipeline and the prefetch took LayerNorm from 35% to about 70% of the copy bandwidth and
 //! RMSNorm to about 90%. Spans of 256 rather than one Welford step of 4 vectors: 13–15%
 //! faster in cache on AVX-512 at d = 1024, the same beyond L2; 128 and 1024 were slower,
-//! with the trail looked at every step.)
+//! with the trail looked at every step.) LayerNorm's rows spread those prefetches over both
+//! passes of each chunk, half the lines in each, rather than all of them in the first pass
+//! (Zen 3, AVX2, 4 Mi elements, three alternating runs each timed against a streaming copy
+//! of the same bytes in the same rounds): 4096×1024 from 0.79 to 0.85 of the copy with the
+//! calls back to back and from 0.62 to 0.72 with the caches swept before each call,
+//! 1024×4096 swept from 0.56–0.60 to 0.66–0.68; in cache 1–3% faster (16×1024, 8×2048,
+//! 4×4096). Neither a longer prefetch distance (two or three rows ahead) nor no software
+//! prefetch at all changed the swept 4096×1024 beyond the noise before that. Not measured on
+//! AVX-512.
 //!
 //! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
 //! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
@@ -903,14 +911,23 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     // goes through its reductions.
     trail.upto(s, end);
     // SAFETY: forwarded.
-    let m2 = unsafe { chunk_squares(s, src, i, end, kv, s.splat(mc)) };
+    let m2 = unsafe {
+        if src.prefetches() {
+            chunk_squares::<S, R, true>(s, src, i, end, kv, s.splat(mc))
+        } else {
+            chunk_squares::<S, R, false>(s, src, i, end, kv, s.splat(mc))
+        }
+    };
     let off = mean - mc as f64;
     total.merge(n, mean, m2 - n * off * off);
 }
 
 /// The first pass over a chunk `i..end` (a multiple of `ACC·LANES` values): `Σ(k − h)` (`k`
-/// splat in `kv`), as a tree of the [`ACC`] accumulators; prefetches the next row's inputs
-/// where `PREFETCH`.
+/// splat in `kv`), as a tree of the [`ACC`] accumulators. Where `PREFETCH`, it prefetches
+/// half of the next row's lines under the chunk (those at even multiples of [`LINE`] in each
+/// group of `ACC` vectors, every line where a group is one line), and [`chunk_squares`] the
+/// others: spread over both passes, the prefetches keep memory busier than in a burst in the
+/// first (see the module docs, "Row pipeline").
 ///
 /// Both passes compute `k − h` rather than `h − k` (the same value negated, exactly), so that
 /// the load of `h` is the subtraction's memory operand on x86.
@@ -929,7 +946,7 @@ unsafe fn chunk_sum<S: Simd, R: Source<S>, const PREFETCH: bool>(
     let mut sum = [s.splat(0.0); ACC];
     while i < end {
         for (a, sum) in sum.iter_mut().enumerate() {
-            if PREFETCH && (a * lanes) % LINE == 0 {
+            if PREFETCH && (a * lanes) % (2 * LINE) == 0 {
                 src.prefetch(s, i + a * lanes);
             }
             // SAFETY: inside the chunk.
@@ -941,16 +958,28 @@ unsafe fn chunk_sum<S: Simd, R: Source<S>, const PREFETCH: bool>(
 }
 
 /// The second pass over a chunk `i..end` after [`chunk_sum`]: `Σ(h − k − mc)²`, in f64 from
-/// [`ACC`] f32 accumulators, computed as `((k − h) + mc)²`.
+/// [`ACC`] f32 accumulators, computed as `((k − h) + mc)²`. Where `PREFETCH`, prefetches the
+/// next row's lines that [`chunk_sum`] left.
 ///
 /// # Safety
-/// `src` covers `i..end`, a multiple of `ACC·LANES` values; `full` is a bare load.
+/// `src` covers `i..end`, a multiple of `ACC·LANES` values; `full` is a bare load; `PREFETCH`
+/// only where `src.prefetches()`.
 #[inline(always)]
-unsafe fn chunk_squares<S: Simd, R: Source<S>>(s: S, src: &R, mut i: usize, end: usize, kv: S::V, mc: S::V) -> f64 {
+unsafe fn chunk_squares<S: Simd, R: Source<S>, const PREFETCH: bool>(
+    s: S,
+    src: &R,
+    mut i: usize,
+    end: usize,
+    kv: S::V,
+    mc: S::V,
+) -> f64 {
     let lanes = S::LANES;
     let mut acc = [s.splat(0.0); ACC];
     while i < end {
         for (a, acc) in acc.iter_mut().enumerate() {
+            if PREFETCH && (a * lanes) % (2 * LINE) == LINE {
+                src.prefetch(s, i + a * lanes);
+            }
             // SAFETY: inside the chunk.
             let t = s.add(s.sub(kv, unsafe { src.full(s, i + a * lanes) }), mc);
             *acc = s.mul_add(t, t, *acc);
