@@ -892,14 +892,14 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     trail: &mut Trail<'_, P>,
     total: &mut Moments,
 ) {
+    // Each pass prefetches half of the next row's lines under the chunk: spread over both,
+    // the prefetches keep memory busier than in a burst in the first (module docs, "Row
+    // pipeline"). Both compute `k − h` rather than `h − k` (the same value negated, exactly),
+    // so that the load of `h` is the subtraction's memory operand on x86.
+    let mut sum = [s.splat(0.0); ACC];
     // SAFETY: forwarded.
-    let sum = unsafe {
-        if src.prefetches() {
-            chunk_sum::<S, R, true>(s, src, i, end, kv)
-        } else {
-            chunk_sum::<S, R, false>(s, src, i, end, kv)
-        }
-    };
+    unsafe { accumulate(s, src, i, end, Lines::Even, &mut sum, &Deviations(kv)) };
+    let sum = tree(s, sum);
     // The sum is of `k − h`: the chunk's mean of `h − k` is minus its mean. `mc`, the same in
     // f32 (`1/group` is a power of two; `RECIP[steps]` exact when `steps` is one), centres the
     // second pass; its offset from `mean` is removed below.
@@ -910,83 +910,126 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     // The trail between the passes (see `Trail::upto`): independent work while the sum above
     // goes through its reductions.
     trail.upto(s, end);
+    let mut squares = [s.splat(0.0); ACC];
     // SAFETY: forwarded.
-    let m2 = unsafe {
-        if src.prefetches() {
-            chunk_squares::<S, R, true>(s, src, i, end, kv, s.splat(mc))
-        } else {
-            chunk_squares::<S, R, false>(s, src, i, end, kv, s.splat(mc))
-        }
-    };
+    unsafe { accumulate(s, src, i, end, Lines::Odd, &mut squares, &Squares(kv, s.splat(mc))) };
+    let m2 = s.reduce_add_f64(tree(s, squares));
     let off = mean - mc as f64;
     total.merge(n, mean, m2 - n * off * off);
 }
 
-/// The first pass over a chunk `i..end` (a multiple of `ACC·LANES` values): `Σ(k − h)` (`k`
-/// splat in `kv`), as a tree of the [`ACC`] accumulators. Where `PREFETCH`, it prefetches
-/// half of the next row's lines under the chunk (those at even multiples of [`LINE`] in each
-/// group of `ACC` vectors, every line where a group is one line), and [`chunk_squares`] the
-/// others: spread over both passes, the prefetches keep memory busier than in a burst in the
-/// first (see the module docs, "Row pipeline").
-///
-/// Both passes compute `k − h` rather than `h − k` (the same value negated, exactly), so that
-/// the load of `h` is the subtraction's memory operand on x86.
-///
-/// # Safety
-/// `src` covers `i..end`; `PREFETCH` only where `src.prefetches()`.
-#[inline(always)]
-unsafe fn chunk_sum<S: Simd, R: Source<S>, const PREFETCH: bool>(
-    s: S,
-    src: &R,
-    mut i: usize,
-    end: usize,
-    kv: S::V,
-) -> S::V {
-    let lanes = S::LANES;
-    let mut sum = [s.splat(0.0); ACC];
-    while i < end {
-        for (a, sum) in sum.iter_mut().enumerate() {
-            if PREFETCH && (a * lanes) % (2 * LINE) == 0 {
-                src.prefetch(s, i + a * lanes);
-            }
-            // SAFETY: inside the chunk.
-            *sum = s.add(*sum, s.sub(kv, unsafe { src.full(s, i + a * lanes) }));
-        }
-        i += ACC * lanes;
-    }
-    tree(s, sum)
+/// What a chunk loop sums: [`Accumulate::step`] folds a vector `v` of the row into an
+/// accumulator.
+trait Accumulate<S: Simd> {
+    fn step(&self, s: S, acc: S::V, v: S::V) -> S::V;
 }
 
-/// The second pass over a chunk `i..end` after [`chunk_sum`]: `Σ(h − k − mc)²`, in f64 from
-/// [`ACC`] f32 accumulators, computed as `((k − h) + mc)²`. Where `PREFETCH`, prefetches the
-/// next row's lines that [`chunk_sum`] left.
+/// `Σ(k − h)`, `k` splat: the first pass of [`two_pass_chunk`].
+struct Deviations<V>(V);
+
+impl<S: Simd> Accumulate<S> for Deviations<S::V> {
+    #[inline(always)]
+    fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
+        s.add(acc, s.sub(self.0, v))
+    }
+}
+
+/// `Σ(h − k − mc)²`, computed as `((k − h) + mc)²` (`k`, `mc` splat): the second pass of
+/// [`two_pass_chunk`].
+struct Squares<V>(V, V);
+
+impl<S: Simd> Accumulate<S> for Squares<S::V> {
+    #[inline(always)]
+    fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
+        let t = s.add(s.sub(self.0, v), self.1);
+        s.mul_add(t, t, acc)
+    }
+}
+
+/// `Σh²`: RMSNorm's sweep ([`sum_squares`]).
+struct Squared;
+
+impl<S: Simd> Accumulate<S> for Squared {
+    #[inline(always)]
+    fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
+        s.mul_add(v, v, acc)
+    }
+}
+
+/// The lines of the next row that a chunk loop prefetches, of those under its chunk.
+#[derive(Clone, Copy)]
+enum Lines {
+    All,
+    /// Those at even multiples of [`LINE`] in each group of `ACC` vectors (every line where a
+    /// group is one line).
+    Even,
+    /// The others.
+    Odd,
+}
+
+impl Lines {
+    /// Whether the vector at `off` in a group of `ACC` vectors starts a line taken.
+    #[inline(always)]
+    fn take(self, off: usize) -> bool {
+        match self {
+            Lines::All => off.is_multiple_of(LINE),
+            Lines::Even => off.is_multiple_of(2 * LINE),
+            Lines::Odd => off % (2 * LINE) == LINE,
+        }
+    }
+}
+
+/// Folds the vectors of the chunk `i..end` (a multiple of `ACC·LANES` values) into the
+/// [`ACC`] accumulators in turn with `op`, prefetching the next row's `lines` where the
+/// source prefetches.
 ///
 /// # Safety
-/// `src` covers `i..end`, a multiple of `ACC·LANES` values; `full` is a bare load; `PREFETCH`
-/// only where `src.prefetches()`.
+/// `src` covers `i..end`.
 #[inline(always)]
-unsafe fn chunk_squares<S: Simd, R: Source<S>, const PREFETCH: bool>(
+unsafe fn accumulate<S: Simd, R: Source<S>, A: Accumulate<S>>(
+    s: S,
+    src: &R,
+    i: usize,
+    end: usize,
+    lines: Lines,
+    acc: &mut [S::V; ACC],
+    op: &A,
+) {
+    // SAFETY: forwarded; each loop prefetches only where the source does.
+    unsafe {
+        if src.prefetches() {
+            accumulate_with::<S, R, A, true>(s, src, i, end, lines, acc, op)
+        } else {
+            accumulate_with::<S, R, A, false>(s, src, i, end, lines, acc, op)
+        }
+    }
+}
+
+/// [`accumulate`], prefetching where `PREFETCH`.
+///
+/// # Safety
+/// As [`accumulate`]; `PREFETCH` only where `src.prefetches()`.
+#[inline(always)]
+unsafe fn accumulate_with<S: Simd, R: Source<S>, A: Accumulate<S>, const PREFETCH: bool>(
     s: S,
     src: &R,
     mut i: usize,
     end: usize,
-    kv: S::V,
-    mc: S::V,
-) -> f64 {
+    lines: Lines,
+    acc: &mut [S::V; ACC],
+    op: &A,
+) {
     let lanes = S::LANES;
-    let mut acc = [s.splat(0.0); ACC];
     while i < end {
         for (a, acc) in acc.iter_mut().enumerate() {
-            if PREFETCH && (a * lanes) % (2 * LINE) == LINE {
+            if PREFETCH && lines.take(a * lanes) {
                 src.prefetch(s, i + a * lanes);
             }
             // SAFETY: inside the chunk.
-            let t = s.add(s.sub(kv, unsafe { src.full(s, i + a * lanes) }), mc);
-            *acc = s.mul_add(t, t, *acc);
+            *acc = op.step(s, *acc, unsafe { src.full(s, i + a * lanes) });
         }
         i += ACC * lanes;
     }
-    s.reduce_add_f64(tree(s, acc))
 }
 
 /// The per-lane Welford accumulators `(m, M)` of the chunk of `steps ≤ STEPS` steps from `i`
@@ -1200,13 +1243,7 @@ pub(crate) unsafe fn sum_squares<S: Simd, R: Source<S>, P: Pending<S>>(s: S, src
     // SAFETY (all loads): full loads read `i..i + LANES ≤ d`, the partial one `i..d`.
     while i < main {
         let end = main.min(i + SQUARE_STEPS * group);
-        unsafe {
-            if src.prefetches() {
-                square_chunk::<S, R, true>(s, src, i, end, &mut acc);
-            } else {
-                square_chunk::<S, R, false>(s, src, i, end, &mut acc);
-            }
-        }
+        unsafe { accumulate(s, src, i, end, Lines::All, &mut acc, &Squared) };
         i = end;
         total += reduce_sum(s, &mut acc);
         // The trail between chunks, as in `moments`.
@@ -1225,34 +1262,6 @@ pub(crate) unsafe fn sum_squares<S: Simd, R: Source<S>, P: Pending<S>>(s: S, src
         acc[a] = s.mul(v, v);
     }
     total + reduce_sum(s, &mut acc)
-}
-
-/// Adds the squares of the steps from `i` to `end` to `acc`, prefetching the next row's where
-/// `PREFETCH`.
-///
-/// # Safety
-/// `src` covers `i..end`, a multiple of `ACC·LANES` values; `PREFETCH` only where
-/// `src.prefetches()`.
-#[inline(always)]
-unsafe fn square_chunk<S: Simd, R: Source<S>, const PREFETCH: bool>(
-    s: S,
-    src: &R,
-    mut i: usize,
-    end: usize,
-    acc: &mut [S::V; ACC],
-) {
-    let lanes = S::LANES;
-    while i < end {
-        for (a, acc) in acc.iter_mut().enumerate() {
-            if PREFETCH && (a * lanes) % LINE == 0 {
-                src.prefetch(s, i + a * lanes);
-            }
-            // SAFETY: inside the chunk.
-            let v = unsafe { src.full(s, i + a * lanes) };
-            *acc = s.mul_add(v, v, *acc);
-        }
-        i += ACC * lanes;
-    }
 }
 
 /// Adds the accumulators as a tree (in f32, then the lanes in f64) and zeroes them.
