@@ -732,8 +732,9 @@ fn rms_and_f16(
     (y, y16, halves)
 }
 
-/// Calls of long rows beyond L2 (`d ≥ 4096`, at least 2¹⁸ elements): the row loop with the
-/// next row prefetched and each normalize sweep behind the next row's statistics. Every form,
+/// Calls of long rows beyond L2 (`d ≥ 4096`, at least 2¹⁸ elements): the row loop with each
+/// normalize sweep behind the next row's statistics (the next row prefetched where the call
+/// is beyond the last-level cache, or where its size is unknown). Every form,
 /// on every ISA, with an odd number of rows, an odd row length, and rows taking the f64 path (a
 /// NaN, an f32 overflow) among them: within the bound of the oracle, and bit for bit what the
 /// same rows give one at a time.
@@ -866,6 +867,31 @@ fn short_rows_with_hard_rows_among_them() {
     }
 }
 
+/// Runs the add case `all` and its first `few` rows alone, through both add forms
+/// (LayerNorm and RMSNorm), and asserts the same bits on those rows: `y`, `h` and the
+/// statistics where the mode gives them.
+fn assert_first_rows_alone(k: &Kernels, all: &AddCase, few: usize) {
+    let d = all.d;
+    let part = AddCase {
+        x: all.x[..few * d].to_vec(),
+        r: all.r[..few * d].to_vec(),
+        ..all.clone()
+    };
+    for rms in [false, true] {
+        let form = format!("{} add (rms {rms}) mode {} d {d}", k.isa(), all.mode);
+        let (big, big_h, big_stats) = run_add(k, all, rms);
+        let (small, small_h, small_stats) = run_add(k, &part, rms);
+        assert!(same_bits_f32(&big[..few * d], &small), "{form}");
+        if let (Some(big_h), Some(small_h)) = (big_h, small_h) {
+            assert!(same_bits_f32(&big_h[..few * d], &small_h), "{form}: h");
+        }
+        if let (Some(big), Some(small)) = (big_stats, small_stats) {
+            assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
+            assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
+        }
+    }
+}
+
 /// The f32 add forms with short rows go by blocks (the add for a block of rows, then the
 /// plain row loop over it) in calls that fit the last-level cache, and through the fused row
 /// loop beyond it. Both must give the same bits: the rows of a call beyond the cache are held
@@ -902,24 +928,74 @@ fn add_forms_by_blocks_match_the_row_loop_bit_for_bit() {
                     eps: 1e-5,
                     mode,
                 };
-                let part = AddCase {
+                assert_first_rows_alone(&k, &all, few);
+            }
+        }
+    }
+}
+
+/// Rows of at least 512 values prefetch the next row's inputs only in calls beyond the
+/// last-level cache (in cache the hardware prefetchers do better). A prefetch changes no
+/// value: the rows of such a call, through every form on every ISA (in place, LayerNorm's one
+/// operand stays within the cache at this size), with rows taking the f64 path (a NaN,
+/// ±10³⁰) among them and a row length with a tail, are held bit for bit against the same rows
+/// in a call within the cache. (Where no cache size is known, as off x86-64,
+/// every call with such rows prefetches, and the other tests cover it.)
+#[test]
+fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
+    let Some(llc) = kernels::last_level_cache() else {
+        eprintln!("no last-level cache size: every call with long rows prefetches");
+        return;
+    };
+    let mut g = Normal(0x6a09_e667_f3bc_c909);
+    for d in [1024usize, 1031] {
+        // Beyond the cache with two operands (`x` and `y`: the smallest working set).
+        let rows = llc / (2 * 4 * d) + 1;
+        let few = 40;
+        let MixedRows {
+            x,
+            r,
+            gamma,
+            beta,
+            bias,
+        } = mixed_rows(&mut g, d, rows, 7 * d + 3, 11);
+        let add = AddCase {
+            x: x.clone(),
+            r,
+            bias: Some(bias),
+            alpha: 0.75,
+            d,
+            gamma: Some(gamma.clone()),
+            beta: Some(beta.clone()),
+            eps: 1e-5,
+            mode: 0,
+        };
+        for k in all_kernels() {
+            for mode in 0..3 {
+                let all = LnCase {
+                    x: x.clone(),
+                    d,
+                    gamma: Some(gamma.clone()),
+                    beta: Some(beta.clone()),
+                    eps: 1e-5,
+                    offset: 1,
+                    mode,
+                };
+                let part = LnCase {
                     x: x[..few * d].to_vec(),
-                    r: r[..few * d].to_vec(),
                     ..all.clone()
                 };
-                for rms in [false, true] {
-                    let form = format!("{} add (rms {rms}) mode {mode} d {d}", k.isa());
-                    let (big, big_h, big_stats) = run_add(&k, &all, rms);
-                    let (small, small_h, small_stats) = run_add(&k, &part, rms);
-                    assert!(same_bits_f32(&big[..few * d], &small), "{form}");
-                    if let (Some(big_h), Some(small_h)) = (big_h, small_h) {
-                        assert!(same_bits_f32(&big_h[..few * d], &small_h), "{form}: h");
-                    }
-                    if let (Some(big), Some(small)) = (big_stats, small_stats) {
-                        assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
-                        assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
-                    }
+                let form = format!("{} layer_norm mode {mode} d {d}", k.isa());
+                let (big, big_stats) = run_layer_norm(&k, &all);
+                let (small, small_stats) = run_layer_norm(&k, &part);
+                assert!(same_bits_f32(&big[..few * d], &small), "{form}");
+                if let (Some(big), Some(small)) = (big_stats, small_stats) {
+                    assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
+                    assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
                 }
+            }
+            for mode in 0..4 {
+                assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few);
             }
         }
     }

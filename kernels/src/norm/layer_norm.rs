@@ -95,6 +95,9 @@ pub(crate) struct NormCall<E> {
     pub stream: bool,
     /// Whether an add form goes by blocks of rows ([`by_blocks`]).
     pub blocks: bool,
+    /// Whether rows prefetch the next row's inputs during their statistics sweep; see
+    /// [`PREFETCH_MIN`](super::PREFETCH_MIN).
+    pub prefetch: bool,
 }
 
 /// The arguments of a norm call before validation.
@@ -180,6 +183,7 @@ impl Kernels {
         check_eps(a.eps)?;
         let bytes = working_set(&a, x, len);
         let stream = E::IS_F32 && a.d >= STREAM_MIN_D && self.streams(bytes);
+        let prefetch = a.d >= super::PREFETCH_MIN && crate::stores::last_level_cache().is_none_or(|llc| bytes >= llc);
         // Short f32 rows of the add forms go by blocks when the call fits the last-level
         // cache (see `by_blocks`; `h` then always has a place: the output, `y` or `x`).
         let blocks = E::IS_F32
@@ -215,6 +219,7 @@ impl Kernels {
             eps: a.eps,
             stream,
             blocks,
+            prefetch,
         };
         if rows > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers

@@ -99,8 +99,9 @@
 //! chunks' passes (see `Trail::upto`). Each sweep still sees its row once; what changes is that
 //! reading one row from memory overlaps writing the other, as in a copy, and that the long
 //! dependency chain that ends a row's statistics (lane reductions, square root, division)
-//! overlaps the next row's work. Rows of at least 512 floats also prefetch the next row
-//! during their statistics sweep. (Measured with 32 MiB of rows, d = 4096, AVX-512: the
+//! overlaps the next row's work. Rows of at least 512 floats, in calls beyond the last-level
+//! cache, also prefetch the next row during their statistics sweep (see `PREFETCH_MIN` for
+//! why not in cache). (Measured with 32 MiB of rows, d = 4096, AVX-512: the
 //! pipeline and the prefetch took LayerNorm from 35% to about 70% of the copy bandwidth and
 //! RMSNorm to about 90%. Spans of 256 rather than one Welford step of 4 vectors: 13–15%
 //! faster in cache on AVX-512 at d = 1024, the same beyond L2; 128 and 1024 were slower,
@@ -109,8 +110,8 @@
 //! (Zen 3, AVX2, 4 Mi elements, three alternating runs each timed against a streaming copy
 //! of the same bytes in the same rounds): 4096×1024 from 0.79 to 0.85 of the copy with the
 //! calls back to back and from 0.62 to 0.72 with the caches swept before each call,
-//! 1024×4096 swept from 0.56–0.60 to 0.66–0.68; in cache 1–3% faster (16×1024, 8×2048,
-//! 4×4096). Neither a longer prefetch distance (two or three rows ahead) nor no software
+//! 1024×4096 swept from 0.56–0.60 to 0.66–0.68 (and 1–3% faster in cache, where calls still
+//! prefetched then). Neither a longer prefetch distance (two or three rows ahead) nor no software
 //! prefetch at all changed the swept 4096×1024 beyond the noise before that. Not measured on
 //! AVX-512.
 //!
@@ -285,9 +286,19 @@ static RECIP: [f32; STEPS + 1] = {
 /// 8 roundings per lane (see the module docs).
 const SQUARE_STEPS: usize = 8;
 
-/// Rows at least this long prefetch the inputs of the next row during their statistics sweep,
-/// one row ahead of the loads (measured on AVX2 and AVX-512 with rows beyond L2: about 1.5×
-/// on LayerNorm at d = 4096); shorter rows are left to the hardware prefetchers.
+/// Rows at least this long, in calls whose working set is at least the last-level cache (or
+/// where its size is unknown), prefetch the inputs of the next row during their statistics
+/// sweep, one row ahead of the loads (measured on AVX2 and AVX-512 with rows beyond L2: about
+/// 1.5× on LayerNorm at d = 4096); other calls are left to the hardware prefetchers.
+///
+/// Within the last-level cache the prefetch cost more than it gave. Zen 3, AVX2, best of 5 in
+/// three alternating runs, µs, with it and without it: in L2, LayerNorm 8×2048 4.11–4.13
+/// against 3.85–3.86, 4×4096 4.31–4.35 against 4.12–4.15, 16×1024 even;
+/// add_layer_norm with `h` 16×1024 5.93–6.37 against 5.08–5.19, 4×4096 5.99–6.34 against
+/// 5.39–5.85; RMSNorm with a gain 4×4096 2.99–3.03 against 2.66–2.68. In L3, 256×1024
+/// add_layer_norm 107–112 against 90–99, LayerNorm even (256×1024, 1024×1024) or 4% slower
+/// with it (128×4096). Beyond the last-level cache it gains: LayerNorm 4096×1024 957–988
+/// against 1051–1123 (back to back, `x` left in L3 by the streaming stores).
 pub(crate) const PREFETCH_MIN: usize = 512;
 
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
@@ -429,7 +440,7 @@ pub(crate) trait Values<S: Simd>: Copy {
 #[inline(always)]
 unsafe fn ahead_of<E: Element>(call: &NormCall<E>, off: usize) -> [*const E; 2] {
     let next = off + call.d;
-    if call.d < PREFETCH_MIN || next >= call.rows * call.d {
+    if !call.prefetch || next >= call.rows * call.d {
         return [std::ptr::null(); 2];
     }
     // SAFETY: `next` starts a row of the call.
