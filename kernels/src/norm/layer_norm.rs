@@ -183,13 +183,12 @@ impl Kernels {
         check_eps(a.eps)?;
         let bytes = working_set(&a, x, len);
         let stream = E::IS_F32 && a.d >= STREAM_MIN_D && self.streams(bytes);
-        let prefetch = a.d >= super::PREFETCH_MIN && crate::stores::last_level_cache().is_none_or(|llc| bytes >= llc);
+        // Where the cache size is unknown, the rows prefetch and the add forms go by blocks.
+        let llc = crate::stores::last_level_cache();
+        let prefetch = a.d >= super::PREFETCH_MIN && llc.is_none_or(|llc| bytes >= llc);
         // Short f32 rows of the add forms go by blocks when the call fits the last-level
         // cache (see `by_blocks`; `h` then always has a place: the output, `y` or `x`).
-        let blocks = E::IS_F32
-            && a.add.is_some()
-            && a.d <= BLOCKS_MAX_D
-            && crate::stores::last_level_cache().is_none_or(|llc| bytes < llc);
+        let blocks = E::IS_F32 && a.add.is_some() && a.d <= BLOCKS_MAX_D && llc.is_none_or(|llc| bytes < llc);
         let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), rows, "rows")?;
         check_opt("rstd", rstd.as_deref(), rows, "rows")?;

@@ -1061,7 +1061,7 @@ unsafe fn welford_chunk<S: Simd, R: Source<S>, const PREFETCH: bool>(
     // The first step: m = z, M = 0, exactly.
     let mut m = [kv; ACC];
     for (a, m) in m.iter_mut().enumerate() {
-        if PREFETCH && (a * lanes) % LINE == 0 {
+        if PREFETCH && Lines::All.take(a * lanes) {
             src.prefetch(s, i + a * lanes);
         }
         // SAFETY (all loads): step `i` reads `i..i + ACC·LANES`, inside the chunk.
@@ -1072,7 +1072,7 @@ unsafe fn welford_chunk<S: Simd, R: Source<S>, const PREFETCH: bool>(
     for &rk in &RECIP[2..=steps] {
         let rk = s.splat(rk);
         for a in 0..ACC {
-            if PREFETCH && (a * lanes) % LINE == 0 {
+            if PREFETCH && Lines::All.take(a * lanes) {
                 src.prefetch(s, i + a * lanes);
             }
             let z = s.sub(unsafe { src.full(s, i + a * lanes) }, kv);
