@@ -1,11 +1,13 @@
 //! The unfused attention a user would compose without this crate's fused kernel: per head, a
 //! GEMM `Q·Kᵀ` into an `Lq × Lk` scores matrix, a row softmax over it, and a GEMM `P·V`.
 //!
-//! The softmax is [`Kernels::softmax`] of a chosen ISA with its scale and mask options: the
-//! fair "unfused" baseline differs from the fused kernel only in the materialized scores. The
-//! GEMMs come from one of two crates ([`Gemm`]), single-threaded; both pick their best kernels
-//! at run time (AVX-512 on a CPU that has it: gemm with its `x86-v4` feature, matrixmultiply
-//! by default), whatever the ISA of the softmax.
+//! The softmax ([`RowSoftmax`]) is either [`Kernels::softmax`] of a chosen ISA with its scale
+//! and mask options, the strongest baseline: it differs from the fused kernel only in the
+//! materialized scores; or the plain scalar Rust softmax of [`crate::plain`] (libm's
+//! `f32::exp`), the composition shared/PERF.md measured as the peer "gemm crate + scalar
+//! softmax". The GEMMs come from one of two crates ([`Gemm`]), single-threaded; both pick their
+//! best kernels at run time (AVX-512 on a CPU that has it: gemm with its `x86-v4` feature,
+//! matrixmultiply by default), whatever the softmax.
 //!
 //! - Plain: `S = Q·Kᵀ` (GEMM), `softmax_inplace(S, scale = 1/√Dk)`, `O = S·V` (GEMM).
 //! - With previous scores `P` (RealFormer) or a scores output: the scores buffer (the output
@@ -15,8 +17,38 @@
 //! - Causal (bottom-right aligned, as the kernel): a `[Lq, Lk]` mask, one softmax call per row
 //!   with its mask row. The GEMMs compute every score, masked or not (as an unfused
 //!   composition does).
+//! - The plain softmax takes no options: the first GEMM applies the scale (as with `P`), the
+//!   mask is added to the scores (in the weights' buffer when `S` is kept), then the rows are
+//!   normalized in place.
 
 use kernels::{AttentionOptions, AttentionShape, Kernels, MaskedRows, SoftmaxOptions};
+
+use crate::plain;
+
+/// The row softmax of a composition.
+#[derive(Debug, Clone, Copy)]
+pub enum RowSoftmax {
+    /// [`Kernels::softmax`] of an ISA, with its scale and mask options.
+    Kernels(Kernels),
+    /// [`plain::softmax_inplace`]: idiomatic scalar Rust with libm's `f32::exp`.
+    Plain,
+}
+
+impl From<Kernels> for RowSoftmax {
+    fn from(k: Kernels) -> RowSoftmax {
+        RowSoftmax::Kernels(k)
+    }
+}
+
+impl RowSoftmax {
+    /// `softmax(isa)` or `plain softmax`, for names and messages.
+    pub fn name(self) -> String {
+        match self {
+            RowSoftmax::Kernels(k) => format!("softmax({})", k.isa()),
+            RowSoftmax::Plain => "plain softmax".to_string(),
+        }
+    }
+}
 
 /// Which GEMM crate a composition uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +212,7 @@ impl Composition {
         self.gemm
     }
 
-    /// Runs the composition with the softmax of `softmax`: `out[B,H,Lq,Dv]`, and the scores
+    /// Runs the composition with the row softmax `softmax`: `out[B,H,Lq,Dv]`, and the scores
     /// `S = scale·Q·Kᵀ + P` into `scores[B,H,Lq,Lk]` when given.
     ///
     /// # Panics
@@ -188,7 +220,7 @@ impl Composition {
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
-        softmax: Kernels,
+        softmax: impl Into<RowSoftmax>,
         q: &[f32],
         k: &[f32],
         v: &[f32],
@@ -223,6 +255,7 @@ impl Composition {
         }
         let group = heads / kv_heads;
         let gemm = self.gemm;
+        let softmax = softmax.into();
         for b in 0..batch {
             let mask = &self.masks[b];
             for h in 0..heads {
@@ -233,7 +266,7 @@ impl Composition {
                 let o_h = &mut out[bh * lq * dv..][..lq * dv];
                 let prev_h = prev_scores.map(|p| &p[bh * lq * lk..][..lq * lk]);
                 let scores_h = scores.as_deref_mut().map(|s| &mut s[bh * lq * lk..][..lq * lk]);
-                let raw = prev_h.is_some() || scores_h.is_some();
+                let raw = prev_h.is_some() || scores_h.is_some() || matches!(softmax, RowSoftmax::Plain);
                 // Where the scores are computed: the scores output if asked for, else scratch.
                 let (s, w): (&mut [f32], Option<&mut [f32]>) = match scores_h {
                     Some(s) => (s, Some(&mut self.scratch)),
@@ -246,31 +279,30 @@ impl Composition {
                 // otherwise the softmax applies the scale.
                 let alpha = if raw { self.scale } else { 1.0 };
                 gemm.matmul((lq, lk, dk), alpha, q_h, (dk, 1), k_h, (1, dk), s, prev_h.is_some());
-                let opts = |mask| SoftmaxOptions {
-                    scale: if raw { 1.0 } else { self.scale },
-                    mask,
-                    masked_rows: MaskedRows::Zero,
-                };
-                let weights: &[f32] = match w {
-                    Some(w) => {
-                        if self.causal {
-                            for (i, (s, w)) in s.chunks_exact(lk).zip(w.chunks_exact_mut(lk)).enumerate() {
-                                softmax.softmax(s, w, lk, &opts(Some(&mask[i * lk..][..lk])))?;
-                            }
-                        } else {
-                            softmax.softmax(s, w, lk, &opts((!mask.is_empty()).then_some(&mask[..])))?;
-                        }
-                        w
+                let weights: &[f32] = match softmax {
+                    RowSoftmax::Kernels(kernels) => {
+                        let scale = if raw { 1.0 } else { self.scale };
+                        kernel_softmax(kernels, scale, self.causal, mask, lk, s, w)?
                     }
-                    None => {
-                        if self.causal {
-                            for (i, s) in s.chunks_exact_mut(lk).enumerate() {
-                                softmax.softmax_inplace(s, lk, &opts(Some(&mask[i * lk..][..lk])))?;
+                    RowSoftmax::Plain => {
+                        let w = match w {
+                            Some(w) => {
+                                w.copy_from_slice(s);
+                                w
                             }
-                        } else {
-                            softmax.softmax_inplace(s, lk, &opts((!mask.is_empty()).then_some(&mask[..])))?;
+                            None => s,
+                        };
+                        if !mask.is_empty() {
+                            // `[Lq, Lk]` when causal, one row `[Lk]` for every row otherwise.
+                            for (i, row) in w.chunks_exact_mut(lk).enumerate() {
+                                let m = if self.causal { &mask[i * lk..][..lk] } else { &mask[..] };
+                                for (x, &m) in row.iter_mut().zip(m) {
+                                    *x += m;
+                                }
+                            }
                         }
-                        s
+                        plain::softmax_inplace(w, lk);
+                        w
                     }
                 };
                 gemm.matmul((lq, dv, lk), 1.0, weights, (lk, 1), v_h, (dv, 1), o_h, false);
@@ -278,6 +310,46 @@ impl Composition {
         }
         Ok(())
     }
+}
+
+/// [`Kernels::softmax`] with `scale` and the head's mask (`[Lq, Lk]` when `causal`, else one
+/// row `[Lk]` or none) over one head's scores `s`, in place or into `w`; the weights.
+fn kernel_softmax<'a>(
+    kernels: Kernels,
+    scale: f32,
+    causal: bool,
+    mask: &[f32],
+    lk: usize,
+    s: &'a mut [f32],
+    w: Option<&'a mut [f32]>,
+) -> Result<&'a [f32], kernels::Error> {
+    let opts = |mask| SoftmaxOptions {
+        scale,
+        mask,
+        masked_rows: MaskedRows::Zero,
+    };
+    Ok(match w {
+        Some(w) => {
+            if causal {
+                for (i, (s, w)) in s.chunks_exact(lk).zip(w.chunks_exact_mut(lk)).enumerate() {
+                    kernels.softmax(s, w, lk, &opts(Some(&mask[i * lk..][..lk])))?;
+                }
+            } else {
+                kernels.softmax(s, w, lk, &opts((!mask.is_empty()).then_some(mask)))?;
+            }
+            w
+        }
+        None => {
+            if causal {
+                for (i, s) in s.chunks_exact_mut(lk).enumerate() {
+                    kernels.softmax_inplace(s, lk, &opts(Some(&mask[i * lk..][..lk])))?;
+                }
+            } else {
+                kernels.softmax_inplace(s, lk, &opts((!mask.is_empty()).then_some(mask)))?;
+            }
+            s
+        }
+    })
 }
 
 #[cfg(test)]
@@ -315,8 +387,11 @@ mod tests {
         let p = data::uniform(2 * 4 * 13 * 21, -2.0, 2.0, 4);
         let lens = [21, 9];
         for gemm in Gemm::ALL {
-            for isa in kernels::available_isas() {
-                let softmax = Kernels::for_isa(isa).expect("available");
+            let softmaxes = kernels::available_isas()
+                .into_iter()
+                .map(|isa| RowSoftmax::Kernels(Kernels::for_isa(isa).expect("available")))
+                .chain([RowSoftmax::Plain]);
+            for softmax in softmaxes {
                 for (prev, causal, padded) in [
                     (false, false, false),
                     (true, false, false),
@@ -340,7 +415,11 @@ mod tests {
                     let mut c = Composition::new(gemm, &shape, &opts).expect("supported");
                     let mut out = vec![0.0; 2 * 4 * 13 * 5];
                     let mut s = vec![0.0; p.len()];
-                    let what = format!("{} {isa} prev={prev} causal={causal} padded={padded}", gemm.name());
+                    let what = format!(
+                        "{} {} prev={prev} causal={causal} padded={padded}",
+                        gemm.name(),
+                        softmax.name()
+                    );
                     c.run(
                         softmax,
                         &q,

@@ -19,6 +19,27 @@ pub fn softmax(x: &[f32], y: &mut [f32], n: usize) {
     }
 }
 
+/// Softmax of each row of length `n` in place, as [`softmax`]; a row of −∞ (fully masked)
+/// becomes 0, the policy of the kernels it is compared with.
+pub fn softmax_inplace(x: &mut [f32], n: usize) {
+    for x in x.chunks_exact_mut(n) {
+        let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if m == f32::NEG_INFINITY {
+            x.fill(0.0);
+            continue;
+        }
+        let mut sum = 0.0;
+        for x in x.iter_mut() {
+            *x = (*x - m).exp();
+            sum += *x;
+        }
+        let inv = 1.0 / sum;
+        for x in x.iter_mut() {
+            *x *= inv;
+        }
+    }
+}
+
 /// Log-softmax of each row of length `n`: max, sum of `exp(x − m)`, then `x − m − ln(sum)`.
 pub fn log_softmax(x: &[f32], y: &mut [f32], n: usize) {
     for (x, y) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {

@@ -396,7 +396,8 @@ columns: GB/s counts the bytes an ideal kernel moves (x read once + y written on
          oracle (`reference`); xscalar, xplain = speedup over the scalar path and over plain Rust (f32::exp
          loops) in the same run; xgemm, xmm = attention's speedup over the unfused composition (per head a GEMM
          Q.K^T, Kernels::softmax of the row's ISA with scale and mask, a GEMM P.V) on the gemm crate / on
-         matrixmultiply, single-threaded (both GEMMs pick their own best ISA: avx512 where the CPU has it);
+         matrixmultiply, single-threaded (both GEMMs pick their own best ISA: avx512 where the CPU has it; the
+         goal lines also compare plain attention with the gemm crate around the plain scalar softmax);
          roofline = what the row is held against; xroof = roofline time / kernel time (1.0 = at the roofline);
          iqr = interquartile range of the kernel's times / median (noise); \"!\" after max_rel: outside the
          kernel's documented error bound.
