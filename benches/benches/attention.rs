@@ -1,8 +1,8 @@
 //! Criterion benches of attention at B = 1, H = 8, Dk = Dv = 64, Lq = Lk = L ∈ {128, 512}:
 //! one group per ISA of this CPU (`attention/{isa}`), each with `plain` (no mask, no P, no S)
 //! and `realformer` (P in, S out); and `attention/composed` with the unfused compositions
-//! (gemm crate or matrixmultiply GEMMs around the softmax of the best ISA, see
-//! `benches::composed`).
+//! (gemm crate or matrixmultiply GEMMs around the softmax of the best ISA, and the gemm crate
+//! around the plain scalar softmax, shared/PERF.md's peer; see `benches::composed`).
 //!
 //! Throughput is in elements = FLOPs, `4·L²·D·H` per call (`2·Dk` for Q·Kᵀ and `2·Dv` for P·V per
 //! query, key and head, the count of the report's GFLOP/s), so criterion's "elem/s" reads as
@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use benches::buffers::Staggered;
-use benches::composed::{Composition, Gemm};
+use benches::composed::{Composition, Gemm, RowSoftmax};
 use benches::data;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
@@ -30,7 +30,7 @@ const SCALAR_MAX_LEN: usize = 128;
 #[derive(Clone, Copy)]
 enum Impl {
     Fused(Kernels),
-    Composed(Gemm, Kernels),
+    Composed(Gemm, RowSoftmax),
 }
 
 /// Q, K, V, P, O, S for `len` (P and S empty unless `realformer`), staggered as the report
@@ -68,7 +68,7 @@ fn bench(g: &mut BenchmarkGroup<'_, WallTime>, imp: Impl, len: usize, realformer
     let variant = if realformer { "realformer" } else { "plain" };
     let id = match imp {
         Impl::Fused(_) => BenchmarkId::new(variant, len),
-        Impl::Composed(gemm, k) => BenchmarkId::new(format!("{}+softmax({})/{variant}", gemm.name(), k.isa()), len),
+        Impl::Composed(gemm, softmax) => BenchmarkId::new(format!("{}+{}/{variant}", gemm.name(), softmax.name()), len),
     };
     g.bench_function(id, |b| {
         b.iter(|| {
@@ -123,7 +123,11 @@ fn attention(c: &mut Criterion) {
         }
     }
     let best = Kernels::best();
-    let composed: Vec<Impl> = Gemm::ALL.iter().map(|&gemm| Impl::Composed(gemm, best)).collect();
+    let composed: Vec<Impl> = Gemm::ALL
+        .iter()
+        .map(|&gemm| Impl::Composed(gemm, best.into()))
+        .chain([Impl::Composed(Gemm::GemmCrate, RowSoftmax::Plain)])
+        .collect();
     group(c, "composed", &composed, usize::MAX);
 }
 

@@ -41,11 +41,11 @@ impl From<Kernels> for RowSoftmax {
 }
 
 impl RowSoftmax {
-    /// `softmax(isa)` or `plain softmax`, for names and messages.
+    /// `softmax(ISA)` or `softmax(plain)`, for names and messages.
     pub fn name(self) -> String {
         match self {
             RowSoftmax::Kernels(k) => format!("softmax({})", k.isa()),
-            RowSoftmax::Plain => "plain softmax".to_string(),
+            RowSoftmax::Plain => "softmax(plain)".to_string(),
         }
     }
 }
