@@ -113,7 +113,7 @@
 //! 1024×4096 swept from 0.56–0.60 to 0.66–0.68 (and 1–3% faster in cache, where calls still
 //! prefetched then). Neither a longer prefetch distance (two or three rows ahead) nor no software
 //! prefetch at all changed the swept 4096×1024 beyond the noise before that. Not measured on
-//! AVX-512.
+//! AVX-512 (the prefetch within the last-level cache was: see `PREFETCH_MIN`).
 //!
 //! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
 //! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
@@ -299,6 +299,15 @@ const SQUARE_STEPS: usize = 8;
 /// add_layer_norm 107–112 against 90–99, LayerNorm even (256×1024, 1024×1024) or 4% slower
 /// with it (128×4096). Beyond the last-level cache it gains: LayerNorm 4096×1024 957–988
 /// against 1051–1123 (back to back, `x` left in L3 by the streaming stores).
+///
+/// Zen 4 (AVX-512 and AVX2, 32 MiB L3), best of 5 in three alternating runs, µs, prefetch
+/// forced on against off, within the last-level cache: add_layer_norm with `h` 256×1024
+/// 87.1–87.8 against 72.1–75.9 (AVX-512) and 94.5–96.0 against 75.6–79.0 (AVX2), 128×4096
+/// 190.9–192.1 against 171.6–178.2 (AVX-512); RMSNorm with a gain 128×4096 106.2–109.8 against
+/// 96.2–97.6 (AVX-512); LayerNorm even at 128×4096, 5–12% faster with it only at 256×1024 on
+/// AVX-512 (48.4–48.5 against 51.2–55.0). So the rule holds there too. Beyond it the runs
+/// spread by 10–40% and point both ways (LayerNorm 4096×1024 on AVX-512 1108–1138 against
+/// 1277–2158, add_layer_norm with `h` on AVX2 2909–3038 against 2542–2689): kept as it is.
 pub(crate) const PREFETCH_MIN: usize = 512;
 
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
