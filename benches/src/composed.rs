@@ -275,8 +275,9 @@ impl Composition {
                 if let Some(p) = prev_h {
                     s.copy_from_slice(p);
                 }
-                // With P or a scores output, S = scale·Q·Kᵀ + P is computed by the GEMM;
-                // otherwise the softmax applies the scale.
+                // With P, a scores output or the plain softmax (which takes no scale),
+                // S = scale·Q·Kᵀ + P is computed by the GEMM; otherwise the softmax applies
+                // the scale.
                 let alpha = if raw { self.scale } else { 1.0 };
                 gemm.matmul((lq, lk, dk), alpha, q_h, (dk, 1), k_h, (1, dk), s, prev_h.is_some());
                 let weights: &[f32] = match softmax {
