@@ -112,8 +112,14 @@
 //! calls back to back and from 0.62 to 0.72 with the caches swept before each call,
 //! 1024×4096 swept from 0.56–0.60 to 0.66–0.68 (and 1–3% faster in cache, where calls still
 //! prefetched then). Neither a longer prefetch distance (two or three rows ahead) nor no software
-//! prefetch at all changed the swept 4096×1024 beyond the noise before that. Not measured on
-//! AVX-512 (the prefetch within the last-level cache was: see `PREFETCH_MIN`).
+//! prefetch at all changed the swept 4096×1024 beyond the noise before that. On Zen 4 with
+//! AVX-512 the prefetch gains too (LayerNorm against the same calls with it forced off, three
+//! rounds in one process, each timed against a streaming copy of the same bytes):
+//! 4096×1024 0.65–0.66 of the copy against 0.50–0.55 with the caches swept before each call,
+//! 0.76–0.81 against 0.57–0.70 back to back; 1024×4096 swept 0.48–0.51 against 0.42–0.46.
+//! LayerNorm's two-pass chunks also run the trail between the halves of their passes where
+//! a chunk is long enough (see `two_pass_chunk`): on AVX-512, where a chunk of 1024 values
+//! is a whole row at `d = 1024`, the trail otherwise ran only at the row's end.
 //!
 //! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
 //! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
@@ -799,12 +805,17 @@ impl<'a, P> Trail<'a, P> {
     /// LayerNorm 13–15% slower in cache on AVX-512 (d = 1024).
     ///
     /// The statistics sweeps call it between chunks (every 512 values on AVX2, 1024 on
-    /// AVX-512; 256 and 512 for `Σh²`). Called per step, its test kept the normalize
+    /// AVX-512; 256 and 512 for `Σh²`), and LayerNorm's two-pass chunks also between their
+    /// passes and, where a chunk is at least four spans long (1024 values: AVX-512), between
+    /// the halves of each pass, the trail going half as far as the passes (see
+    /// `two_pass_chunk`). Called per step, its test kept the normalize
     /// constants live inside the Welford loop, which then spilled three accumulators and
     /// copied two (AVX2): per chunk, the step is 36 instructions instead of 47, and LayerNorm
     /// ran 9–11% fewer instructions (16×1024, 64×256, 4×4096) and 3–8% faster (Zen 3, best of
-    /// 4 alternating runs). Rows of one chunk (`d ≤ 1024` on AVX-512) then normalize the
-    /// previous row at their end, in one span: not measured on AVX-512.
+    /// 4 alternating runs). The Welford chunks of the add forms run it only between chunks, so
+    /// rows of one chunk (`d ≤ 1024` on AVX-512) normalize the previous row at their end, in
+    /// one span: splitting the chunk in two, the trail between the halves, measured even in
+    /// cache and 3–5% slower beyond L2 (Zen 4, add_layer_norm with `h`, AVX-512).
     #[inline(always)]
     fn upto<S: Simd>(&mut self, s: S, to: usize)
     where
@@ -916,26 +927,75 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     // the prefetches keep memory busier than in a burst in the first (module docs, "Row
     // pipeline"). Both compute `k − h` rather than `h − k` (the same value negated, exactly),
     // so that the load of `h` is the subtraction's memory operand on x86.
-    let mut sum = [s.splat(0.0); ACC];
-    // SAFETY: forwarded.
-    unsafe { accumulate(s, src, i, end, Lines::Even, &mut sum, &Deviations(kv)) };
+    //
+    // The trail normalizes the previous row once while this sweep reads the row twice: it
+    // goes half as far as the passes, between them and, in chunks long enough for two of its
+    // spans a pass, between their halves too. The stores of the normalize sweep then come in
+    // bursts of a quarter of a chunk rather than of all of it. Zen 4, µs, median of 21
+    // (beyond L2) or 2001 calls, three alternating runs, against the chunk's trail run after
+    // its first pass up to its end: LayerNorm 16×1024 2.34–2.36 against 2.58–2.62 (AVX-512),
+    // 2.42–2.46 against 2.60–2.66 (AVX2); 8×2048 3.10–3.12 against 3.33–3.38 (AVX-512);
+    // 4×4096 3.35–3.38 against 3.52–3.56 (AVX-512); 64×256 even; beyond L2, 4096×1024 with
+    // `x` left in the L3 between calls, 0.84–0.91 of a streaming copy of the same bytes
+    // against 0.75–0.82 (AVX-512; AVX2 even), 1024×4096 0.58 against 0.56–0.57.
+    let group = ACC * S::LANES;
+    let len = end - i;
+    let mid = if len >= 4 * TRAIL_SPAN {
+        i + steps / 2 * group
+    } else {
+        end
+    };
+    // Where the trail goes between the halves of the passes: a quarter of the chunk each.
+    let quarter = (mid - i) / 2;
+    // SAFETY (both passes): forwarded.
+    let sum = unsafe { chunk_pass(s, src, i, mid, end, Lines::Even, &Deviations(kv), trail, i + quarter) };
     let sum = tree(s, sum);
     // The sum is of `k − h`: the chunk's mean of `h − k` is minus its mean. `mc`, the same in
     // f32 (`1/group` is a power of two; `RECIP[steps]` exact when `steps` is one), centres the
     // second pass; its offset from `mean` is removed below.
-    let group = ACC * S::LANES;
     let n = (steps * group) as f64;
     let mean = -s.reduce_add_f64(sum) / n;
     let mc = s.reduce_add(sum) * -RECIP[steps] * (1.0 / group as f32);
-    // The trail between the passes (see `Trail::upto`): independent work while the sum above
-    // goes through its reductions.
-    trail.upto(s, end);
-    let mut squares = [s.splat(0.0); ACC];
+    // The trail between the passes: independent work while the sum above goes through its
+    // reductions.
+    trail.upto(s, i + len / 2);
+    let squares = Squares(kv, s.splat(mc));
     // SAFETY: forwarded.
-    unsafe { accumulate(s, src, i, end, Lines::Odd, &mut squares, &Squares(kv, s.splat(mc))) };
+    let squares = unsafe { chunk_pass(s, src, i, mid, end, Lines::Odd, &squares, trail, i + len / 2 + quarter) };
+    trail.upto(s, end);
     let m2 = s.reduce_add_f64(tree(s, squares));
     let off = mean - mc as f64;
     total.merge(n, mean, m2 - n * off * off);
+}
+
+/// One pass of [`two_pass_chunk`] over `i..end` with `op`, in two loops split at `mid` (one
+/// where `mid = end`), between which `trail` goes on up to `to`.
+///
+/// # Safety
+/// `src` covers `i..end`, `i ≤ mid ≤ end` on multiples of `ACC·LANES` from `i`, and `trail` a
+/// row of at least `end` values.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn chunk_pass<S: Simd, R: Source<S>, A: Accumulate<S>, P: Pending<S>>(
+    s: S,
+    src: &R,
+    i: usize,
+    mid: usize,
+    end: usize,
+    lines: Lines,
+    op: &A,
+    trail: &mut Trail<'_, P>,
+    to: usize,
+) -> [S::V; ACC] {
+    let mut acc = [s.splat(0.0); ACC];
+    // SAFETY: forwarded.
+    unsafe { accumulate(s, src, i, mid, lines, &mut acc, op) };
+    if mid < end {
+        trail.upto(s, to);
+        // SAFETY: forwarded.
+        unsafe { accumulate(s, src, mid, end, lines, &mut acc, op) };
+    }
+    acc
 }
 
 /// What a chunk loop sums: [`Accumulate::step`] folds a vector `v` of the row into an
