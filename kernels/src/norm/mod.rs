@@ -117,9 +117,12 @@
 //! rounds in one process, each timed against a streaming copy of the same bytes):
 //! 4096×1024 0.65–0.66 of the copy against 0.50–0.55 with the caches swept before each call,
 //! 0.76–0.81 against 0.57–0.70 back to back; 1024×4096 swept 0.48–0.51 against 0.42–0.46.
-//! LayerNorm's two-pass chunks also run the trail between the halves of their passes where
-//! a chunk is long enough (see `two_pass_chunk`): on AVX-512, where a chunk of 1024 values
-//! is a whole row at `d = 1024`, the trail otherwise ran only at the row's end.
+//! Those calls ran the trail of a chunk at once; LayerNorm's two-pass chunks now also run it
+//! between the halves of their passes where a chunk is long enough (see `two_pass_chunk`: on
+//! AVX-512 a chunk of 1024 values is a whole row at `d = 1024`, whose trail then ran only at
+//! the row's end). With that, the prefetch gains less (two runs of the same comparison, the
+//! contenders interleaved call by call): swept 4096×1024 0.63–0.66 against 0.60–0.63,
+//! 1024×4096 0.56–0.57 against 0.50–0.54; back to back 0.69–0.82 against 0.60–0.64.
 //!
 //! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
 //! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
