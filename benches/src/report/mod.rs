@@ -388,7 +388,8 @@ fn header(ctx: &Context, l2: Option<usize>, opts: &Options) -> String {
 kernels report: {cpu}; {l2}; ISAs measured: {isas}; {mode}
 buffers: {placement}
 timing:  per case, plain Rust, every ISA's kernel and every ISA's roofline run interleaved on the same buffers,
-         {rounds} rounds of ~{sample:.0} ms batches each (order rotating); times are medians over rounds, ratios
+         {rounds} rounds of ~{sample:.0} ms batches each (order shuffled per round), each after an untimed warm-up batch
+         of the same contender (none where one call outlasts a batch); times are medians over rounds, ratios
          medians of per-round ratios. Inputs go through black_box, outputs are consumed. This machine is shared
          and noisy (2-3x between time windows): compare ratios within one run, not absolute figures across runs.
 columns: GB/s counts the bytes an ideal kernel moves (x read once + y written once); Gelem/s output elements;

@@ -2,9 +2,28 @@
 //! a slow time window (these machines are shared: 2–3× swings) hits all of them alike.
 //!
 //! Each contender is calibrated once to a batch of iterations lasting about `sample_ns`; a
-//! round times one batch of every contender (the order rotating from round to round); the
-//! figures are the median over rounds of each contender's time per iteration, and a ratio
-//! between two contenders is the median over rounds of their per-round ratio.
+//! round times one batch of every contender, each after an untimed warm-up batch of the same
+//! contender (none where one call outlasts a batch: the call is its own warm-up), in an order
+//! shuffled from round to round; the figures are the median over
+//! rounds of each contender's time per iteration, and a ratio between two contenders is the
+//! median over rounds of their per-round ratio.
+//!
+//! The warm-up and the shuffle keep a contender from paying, round after round, for the state
+//! one particular contender leaves. Beyond L2 that state lasts: on Zen 4 at 4096×1024 (16 MiB
+//! in, 16 MiB out), after three calls of the scalar LayerNorm (30 ms each, ordinary stores),
+//! the streaming copy's first call took 1.0–1.3 ms against 0.6 ms steady and LayerNorm's
+//! 1.7–1.8 ms against 0.8, and both took five to seven calls to recover; after three calls of
+//! the SSE2 copy (0.8 ms each, ordinary stores too) both recovered at once. With the order
+//! rotating, AVX2's LayerNorm followed the scalar kernel in every round but one, and its copy
+//! roofline followed the SSE2 copy: the report gave it 0.31–0.41 of the copy, and AVX-512's,
+//! which followed AVX2's, 0.50–0.59. In a scratch harness timing the same contenders as the
+//! report (5 ms batches, 15 rounds): in the report's rotating order without warm-up, AVX2's
+//! LayerNorm ran at 0.39–0.42 of the copy and AVX-512's at 0.54–0.63; with a warm-up batch,
+//! 0.43–0.58 and 0.66–0.72; shuffled without warm-up, 0.61–0.64 and 0.64–0.71; shuffled
+//! with a warm-up batch, 0.69 and 0.68 in both of two runs. The report, shuffled with a
+//! warm-up batch, in two runs: 0.59 and 0.70 on AVX2, 0.59 and 0.69 on AVX-512. Each round
+//! then costs about twice as long. (`--quick` batches last 1 ms and it has 7 rounds: its
+//! figures beyond L2 stay rough.)
 
 use std::time::Instant;
 
@@ -27,14 +46,20 @@ pub struct Samples {
 /// says.
 pub fn interleaved(count: usize, timing: &Timing, mut run: impl FnMut(usize)) -> Samples {
     let mut batch = vec![1u64; count];
-    for (c, batch) in batch.iter_mut().enumerate() {
+    let mut warm = vec![0u64; count];
+    for c in 0..count {
         run(c); // warm the caches, the branch predictors and the page tables
-        *batch = calibrate(timing.sample_ns, || run(c));
+        (batch[c], warm[c]) = calibrate(timing.sample_ns, || run(c));
     }
     let mut ns = vec![Vec::with_capacity(timing.rounds); count];
-    for round in 0..timing.rounds.max(1) {
-        for k in 0..count {
-            let c = (k + round) % count;
+    let mut order: Vec<usize> = (0..count).collect();
+    let mut rng = Shuffle(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..timing.rounds.max(1) {
+        rng.shuffle(&mut order);
+        for &c in &order {
+            for _ in 0..warm[c] {
+                run(c);
+            }
             let start = Instant::now();
             for _ in 0..batch[c] {
                 run(c);
@@ -45,8 +70,10 @@ pub fn interleaved(count: usize, timing: &Timing, mut run: impl FnMut(usize)) ->
     Samples { ns }
 }
 
-/// Iterations of `run` that take about `target_ns` (at least one).
-fn calibrate(target_ns: f64, mut run: impl FnMut()) -> u64 {
+/// Iterations of `run` that take about `target_ns` (at least one), and those of the warm-up
+/// before each batch: as many, or none where one call outlasts `target_ns` (the call is then
+/// its own warm-up).
+fn calibrate(target_ns: f64, mut run: impl FnMut()) -> (u64, u64) {
     let mut iters = 1u64;
     loop {
         let start = Instant::now();
@@ -55,9 +82,31 @@ fn calibrate(target_ns: f64, mut run: impl FnMut()) -> u64 {
         }
         let ns = start.elapsed().as_nanos() as f64;
         if ns >= target_ns / 4.0 || iters >= 1 << 32 {
-            return ((iters as f64 * target_ns / ns.max(1.0)).round() as u64).max(1);
+            let batch = ((iters as f64 * target_ns / ns.max(1.0)).round() as u64).max(1);
+            let outlasts = ns / iters as f64 >= target_ns;
+            return (batch, if outlasts { 0 } else { batch });
         }
         iters *= 4;
+    }
+}
+
+/// The order of a round: Fisher–Yates over an xorshift64 sequence, fixed by its seed, so
+/// that a run's rounds are the same from one run to the next.
+struct Shuffle(u64);
+
+impl Shuffle {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn shuffle(&mut self, v: &mut [usize]) {
+        for i in (1..v.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
     }
 }
 
@@ -133,7 +182,33 @@ mod tests {
             sample_ns: 1e4,
         };
         let s = interleaved(3, &t, |c| counts[c] += 1);
-        assert!(counts.iter().all(|&n| n > 3));
+        // Each round runs a warm-up batch and a timed batch of each.
+        assert!(counts.iter().all(|&n| n > 6));
         assert_eq!(s.rounds(), 3);
+    }
+
+    #[test]
+    fn warm_up_as_long_as_a_batch_unless_one_call_outlasts_it() {
+        let (batch, warm) = calibrate(1e5, || {
+            std::hint::black_box(0);
+        });
+        assert!(batch > 1 && warm == batch, "{batch} {warm}");
+        let slow = || std::thread::sleep(std::time::Duration::from_micros(200));
+        assert_eq!(calibrate(1e5, slow), (1, 0));
+    }
+
+    #[test]
+    fn shuffled_orders_are_permutations_and_vary() {
+        let mut rng = Shuffle(0x9e37_79b9_7f4a_7c15);
+        let mut v: Vec<usize> = (0..7).collect();
+        let mut firsts = std::collections::HashSet::new();
+        for _ in 0..31 {
+            rng.shuffle(&mut v);
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..7).collect::<Vec<_>>());
+            firsts.insert(v[0]);
+        }
+        assert!(firsts.len() >= 5, "{firsts:?}");
     }
 }
