@@ -124,6 +124,18 @@
 //! contenders interleaved call by call): swept 4096×1024 0.63–0.66 against 0.60–0.63,
 //! 1024×4096 0.56–0.57 against 0.50–0.54; back to back 0.69–0.82 against 0.60–0.64.
 //!
+//! In cache the pipeline wins nothing on Zen 4. A standalone AVX-512 model of LayerNorm
+//! without it (per row a sum pass, a pass of squared deviations, both from L1, then the
+//! normalize; no shift, f32 sums) took 2.51 µs a call at 16×1024 against the kernel's 2.73
+//! (medians of 4001 calls, interleaved). Its statistics alone took 1.24 µs and its normalize
+//! alone 1.45: they add up to the whole, and the normalize alone takes about as long as a copy
+//! of the same bytes (1.2 µs in the report), since `y` is written through L2. The kernel does
+//! more per value than the model: the shift, which its error bound needs (two more additions
+//! per vector), and a chunk's merges in f64 (not timed apart). Holding each chunk of
+//! 8 vectors in registers (a per-lane two-pass, merged per lane by Chan's formula: one load of
+//! each value fewer) gained nothing at 16×1024 (2.60 µs), 5% at 4×4096 (2.97 against 3.14),
+//! and lost 50% at 64×256.
+//!
 //! Long rows with parameters once went by pairs: the normalize sweeps of rows `r − 2` and
 //! `r − 1` ran span by span inside the statistics sweeps of rows `r` and `r + 1`, so that each
 //! span of `γ` and `β` (16 KiB each at `d = 4096`) came from L2 once for two rows. On a Zen 5
