@@ -12,18 +12,20 @@
 //! one particular contender leaves. Beyond L2 that state lasts: on Zen 4 at 4096×1024 (16 MiB
 //! in, 16 MiB out), after three calls of the scalar LayerNorm (30 ms each, ordinary stores),
 //! the streaming copy's first call took 1.0–1.3 ms against 0.6 ms steady and LayerNorm's
-//! 1.7–1.8 ms against 0.8, and both took five to seven calls to recover; after three calls of
-//! the SSE2 copy (0.8 ms each, ordinary stores too) both recovered at once. With the order
-//! rotating, AVX2's LayerNorm followed the scalar kernel in every round but one, and its copy
-//! roofline followed the SSE2 copy: the report gave it 0.31–0.41 of the copy, and AVX-512's,
-//! which followed AVX2's, 0.50–0.59. In a scratch harness timing the same contenders as the
-//! report (5 ms batches, 15 rounds): in the report's rotating order without warm-up, AVX2's
-//! LayerNorm ran at 0.39–0.42 of the copy and AVX-512's at 0.54–0.63; with a warm-up batch,
-//! 0.43–0.58 and 0.66–0.72; shuffled without warm-up, 0.61–0.64 and 0.64–0.71; shuffled
-//! with a warm-up batch, 0.69 and 0.68 in both of two runs. The report, shuffled with a
-//! warm-up batch, in two runs: 0.59 and 0.70 on AVX2, 0.59 and 0.69 on AVX-512. Each round
-//! then costs about twice as long. (`--quick` batches last 1 ms and it has 7 rounds: its
-//! figures beyond L2 stay rough.)
+//! 1.7–2.2 ms (AVX2, AVX-512) against 0.8, and both took five to seven calls to recover; after
+//! three calls of the SSE2 copy (0.8 ms each, ordinary stores too) both recovered at once.
+//! With the order rotating, AVX2's LayerNorm followed the scalar kernel in every round but
+//! one, and its copy roofline followed the SSE2 copy: the report gave AVX2's LayerNorm
+//! 0.31–0.41 of the copy beyond L2 and AVX-512's, which followed AVX2's, 0.38–0.59 (both
+//! shapes, four runs over two days). In a scratch harness timing the report's contenders on
+//! its buffers (5 ms batches, 15 rounds), at 4096×1024, AVX2 then AVX-512: in the report's
+//! rotating order without warm-up 0.39–0.48 and 0.54–0.63 (four runs), and 0.67–0.75 and
+//! 0.70–0.87 with AVX-512's kernel listed before AVX2's; rotating with a warm-up batch
+//! 0.43–0.62 and 0.43–0.76 (four runs), with ten warm-up batches 0.64 and 0.65; shuffled
+//! without warm-up 0.61–0.64 and 0.64–0.71; shuffled with a warm-up batch 0.69 and 0.68 in
+//! both of two runs. The report, shuffled with a warm-up batch, in two runs: 0.59 and 0.70 on
+//! AVX2, 0.59 and 0.69 on AVX-512. Each round then costs about twice as long. (`--quick`
+//! batches last 1 ms and it has 7 rounds: its figures beyond L2 stay rough.)
 
 use std::time::Instant;
 
