@@ -4,9 +4,9 @@
 //! Each contender is calibrated once to a batch of iterations lasting about `sample_ns`; a
 //! round times one batch of every contender, each after an untimed warm-up batch of the same
 //! contender (none where one call outlasts a batch: the call is its own warm-up), in an order
-//! shuffled from round to round; the figures are the median over
-//! rounds of each contender's time per iteration, and a ratio between two contenders is the
-//! median over rounds of their per-round ratio.
+//! shuffled from round to round; the figures are the median over rounds of each contender's
+//! time per iteration, and a ratio between two contenders is the median over rounds of their
+//! per-round ratio.
 //!
 //! The warm-up and the shuffle keep a contender from paying, round after round, for the state
 //! one particular contender leaves. Beyond L2 that state lasts: on Zen 4 at 4096×1024 (16 MiB
@@ -28,6 +28,8 @@
 //! batches last 1 ms and it has 7 rounds: its figures beyond L2 stay rough.)
 
 use std::time::Instant;
+
+use crate::data::Rng;
 
 /// How long to measure.
 #[derive(Debug, Clone, Copy)]
@@ -55,9 +57,9 @@ pub fn interleaved(count: usize, timing: &Timing, mut run: impl FnMut(usize)) ->
     }
     let mut ns = vec![Vec::with_capacity(timing.rounds); count];
     let mut order: Vec<usize> = (0..count).collect();
-    let mut rng = Shuffle(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(SHUFFLE_SEED);
     for _ in 0..timing.rounds.max(1) {
-        rng.shuffle(&mut order);
+        shuffle(&mut rng, &mut order);
         for &c in &order {
             for _ in 0..warm[c] {
                 run(c);
@@ -92,23 +94,14 @@ fn calibrate(target_ns: f64, mut run: impl FnMut()) -> (u64, u64) {
     }
 }
 
-/// The order of a round: Fisher–Yates over an xorshift64 sequence, fixed by its seed, so
-/// that a run's rounds are the same from one run to the next.
-struct Shuffle(u64);
+/// The seed of the rounds' orders: the same orders on every run.
+const SHUFFLE_SEED: u64 = 0x5eed_0007;
 
-impl Shuffle {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn shuffle(&mut self, v: &mut [usize]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
+/// Shuffles `v` (Fisher–Yates) with `rng`: the order of a round.
+fn shuffle(rng: &mut Rng, v: &mut [usize]) {
+    for i in (1..v.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        v.swap(i, j);
     }
 }
 
@@ -184,9 +177,23 @@ mod tests {
             sample_ns: 1e4,
         };
         let s = interleaved(3, &t, |c| counts[c] += 1);
-        // Each round runs a warm-up batch and a timed batch of each.
         assert!(counts.iter().all(|&n| n > 6));
         assert_eq!(s.rounds(), 3);
+    }
+
+    #[test]
+    fn a_call_that_outlasts_its_batch_runs_once_a_round_without_warm_up() {
+        let mut calls = 0;
+        let t = Timing {
+            rounds: 3,
+            sample_ns: 1e5,
+        };
+        interleaved(1, &t, |_| {
+            calls += 1;
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        });
+        // One warming call, one calibrating call, then one timed call a round.
+        assert_eq!(calls, 2 + 3);
     }
 
     #[test]
@@ -201,11 +208,11 @@ mod tests {
 
     #[test]
     fn shuffled_orders_are_permutations_and_vary() {
-        let mut rng = Shuffle(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(SHUFFLE_SEED);
         let mut v: Vec<usize> = (0..7).collect();
         let mut firsts = std::collections::HashSet::new();
         for _ in 0..31 {
-            rng.shuffle(&mut v);
+            shuffle(&mut rng, &mut v);
             let mut sorted = v.clone();
             sorted.sort_unstable();
             assert_eq!(sorted, (0..7).collect::<Vec<_>>());
