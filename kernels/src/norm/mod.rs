@@ -329,6 +329,17 @@ const SQUARE_STEPS: usize = 8;
 /// AVX-512 (48.4–48.5 against 51.2–55.0). So the rule holds there too. Beyond it the runs
 /// spread by 10–40% and point both ways (LayerNorm 4096×1024 on AVX-512 1108–1138 against
 /// 1277–2158, add_layer_norm with `h` on AVX2 2909–3038 against 2542–2689): kept as it is.
+///
+/// Intel Xeon with AVX512-FP16 (2 MiB L2, 480 MiB L3 as the hypervisor reports it, so the
+/// report's 16 MiB operands never prefetch there): forced on for every call with `d ≥ 512`,
+/// the distance capped at 1024 values (a quarter row at `d = 4096`), two report runs of each
+/// setting, alternating, fraction of the copy: LayerNorm 4096×1024 0.91–0.98 against
+/// 0.91–0.94, 1024×4096 0.83–0.93 against 0.85–0.90; add_layer_norm with `h` 0.95–0.98
+/// against 0.71–0.98 and 0.89–0.94 against 0.77–0.92; in cache even. Within the noise
+/// between runs, so nothing changed. At the full row's distance, `d = 4096` lost (a harness,
+/// medians of 41 calls back to back, two runs: 0.86–0.90× on AVX-512, 0.94–0.96× on AVX2),
+/// `d = 1024` gained 1.06–1.08×: a row ahead of 16 KiB with `γ`, `β` and the previous row
+/// overflows the 48 KiB L1.
 pub(crate) const PREFETCH_MIN: usize = 512;
 
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
