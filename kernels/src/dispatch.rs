@@ -198,6 +198,8 @@ fn table_of(isa: Isa) -> Option<&'static Table> {
 pub struct Kernels {
     table: &'static Table,
     stores: Stores,
+    /// The last-level cache size the heuristics assume; see [`Kernels::with_cache_size`].
+    cache: Option<usize>,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -205,6 +207,7 @@ impl std::fmt::Debug for Kernels {
         f.debug_struct("Kernels")
             .field("isa", &self.isa())
             .field("stores", &self.stores)
+            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -220,6 +223,7 @@ impl Kernels {
         Ok(Kernels {
             table,
             stores: Stores::Auto,
+            cache: crate::stores::last_level_cache(),
         })
     }
 
@@ -272,11 +276,40 @@ impl Kernels {
         self.stores
     }
 
+    /// These kernels, assuming a last-level cache of `bytes` in place of the one the CPU
+    /// describes ([`last_level_cache`](crate::last_level_cache)). The size decides, for each
+    /// call by its working set: the streaming stores of [`Stores::Auto`], and in the norms
+    /// whether long rows prefetch the next row and short rows of the add forms go by blocks.
+    /// For a machine that reports a cache it does not have to itself: a virtual machine
+    /// shown the whole L3 of a host it shares. Like [`Kernels::with_stores`], it changes
+    /// where data goes and in what order it is read, never a value: the results are the same
+    /// bit for bit.
+    ///
+    /// ```
+    /// use kernels::Kernels;
+    ///
+    /// let k = Kernels::best().with_cache_size(32 << 20);
+    /// assert_eq!(k.cache_size(), Some(32 << 20));
+    /// assert!(!k.streams((32 << 20) - 1));
+    /// ```
+    pub fn with_cache_size(self, bytes: usize) -> Kernels {
+        Kernels {
+            cache: Some(bytes),
+            ..self
+        }
+    }
+
+    /// The last-level cache size these kernels assume: the one given to
+    /// [`Kernels::with_cache_size`], else the one the CPU describes, if any.
+    pub fn cache_size(&self) -> Option<usize> {
+        self.cache
+    }
+
     /// Whether a call of these kernels whose working set (the bytes it reads and writes) is
     /// `bytes` writes its outputs with streaming stores, in the kernels that honour
     /// [`Stores`]: never on an ISA without them (scalar, NEON).
     pub fn streams(&self, bytes: usize) -> bool {
-        matches!(self.isa(), Isa::Avx2 | Isa::Avx512) && self.stores.streams(bytes)
+        matches!(self.isa(), Isa::Avx2 | Isa::Avx512) && self.stores.streams(bytes, self.cache)
     }
 
     /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile, into

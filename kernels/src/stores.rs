@@ -24,9 +24,12 @@ use std::sync::OnceLock;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Stores {
     /// Streaming stores for calls whose working set (the bytes they read and write) is at
-    /// least the size of the last-level cache, ordinary stores below it: what such a call
-    /// writes first is evicted by what it touches last anyway. Where the cache size is
-    /// unknown, ordinary stores.
+    /// least the size of the last-level cache (the CPU's, or the one given to
+    /// [`Kernels::with_cache_size`]), ordinary stores below it: what such a call writes first
+    /// is evicted by what it touches last anyway. Where the cache size is unknown, ordinary
+    /// stores.
+    ///
+    /// [`Kernels::with_cache_size`]: crate::Kernels::with_cache_size
     #[default]
     Auto,
     /// Ordinary stores whatever the size: for outputs that the next step reads at once.
@@ -37,10 +40,10 @@ pub enum Stores {
 
 impl Stores {
     /// Whether a call whose working set is `bytes` streams its outputs, on an ISA that has
-    /// streaming stores.
-    pub(crate) fn streams(self, bytes: usize) -> bool {
+    /// streaming stores, with a last-level cache of `llc` bytes (`None`: unknown).
+    pub(crate) fn streams(self, bytes: usize, llc: Option<usize>) -> bool {
         match self {
-            Stores::Auto => last_level_cache().is_some_and(|llc| bytes >= llc),
+            Stores::Auto => llc.is_some_and(|llc| bytes >= llc),
             Stores::Cached => false,
             Stores::Streaming => true,
         }

@@ -84,8 +84,8 @@ fn detected_is_cached_and_thread_safe() {
     assert!(seen.iter().all(|s| *s == first));
 }
 
-/// `Kernels::streams` follows the `Stores` setting and the last-level cache, on the ISAs that
-/// have streaming stores (AVX2, AVX-512); the others never stream.
+/// `Kernels::streams` follows the `Stores` setting and the last-level cache (the CPU's, or
+/// the one given to `Kernels::with_cache_size`), on the ISAs that have streaming stores (AVX2, AVX-512); the others never stream.
 #[test]
 fn the_choice_follows_the_setting_and_the_cache() {
     for k in common::all_kernels() {
@@ -101,6 +101,14 @@ fn the_choice_follows_the_setting_and_the_cache() {
             }
             None => assert!(!k.streams(usize::MAX)),
         }
+        assert_eq!(k.cache_size(), last_level_cache(), "{}", k.isa());
+        // A cache size given in place of the CPU's moves the threshold, and only it.
+        let small = k.with_cache_size(4096);
+        assert_eq!(small.cache_size(), Some(4096));
+        assert!(!small.streams(4095));
+        assert_eq!(small.streams(4096), has, "{}", k.isa());
+        assert!(!small.with_stores(Stores::Cached).streams(usize::MAX));
+        assert_eq!(small.stores(), Stores::Auto);
     }
 }
 

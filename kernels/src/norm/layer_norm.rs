@@ -184,7 +184,7 @@ impl Kernels {
         let bytes = working_set(&a, x, len);
         let stream = E::IS_F32 && a.d >= STREAM_MIN_D && self.streams(bytes);
         // Where the cache size is unknown, the rows prefetch and the add forms go by blocks.
-        let llc = crate::stores::last_level_cache();
+        let llc = self.cache_size();
         let prefetch = a.d >= super::PREFETCH_MIN && llc.is_none_or(|llc| bytes >= llc);
         // Short f32 rows of the add forms go by blocks when the call fits the last-level
         // cache (see `by_blocks`; `h` then always has a place: the output, `y` or `x`).
