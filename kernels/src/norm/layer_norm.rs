@@ -1,8 +1,9 @@
 //! LayerNorm and the fused Add & LayerNorm; the call shared with RMSNorm and its row loops.
 
 use super::{
-    check_eps, check_len, check_opt, load_n, moments, moments_f64, mut_ptr_of, ptr_of, rstd_of, write_span,
-    AddResidual, Affine, Idle, Output, Pending, Plain, RowSource, Source, Values,
+    check_eps, check_len, check_opt, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of, ptr_of,
+    rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, Reread, RowSource, Source, Values,
+    GROUP,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
@@ -378,7 +379,7 @@ pub(crate) unsafe fn norm_rows<S: Simd, E: Element>(s: S, call: &NormCall<E>) {
 /// runs alongside the statistics sweep of the next row.
 pub(crate) trait RowOp {
     /// What the statistics sweep leaves for the normalize sweep.
-    type Stats: Copy;
+    type Stats: Copy + Default;
     /// The vector normalize sweep of a row, writing `E`, reading `h` from `V`.
     type Sweep<S: Simd, E: Element, V: Values<S>>: Pending<S>;
     /// The statistics sweep, from `src` (which also stores `h` for the f32 add forms), with
@@ -392,6 +393,34 @@ pub(crate) trait RowOp {
         src: &R,
         pending: &P,
     ) -> Self::Stats;
+    /// Whether the short rows of plain calls go by groups ([`by_groups`]).
+    const GROUPS: bool = false;
+    /// The statistics of `n ≤ GROUP` short rows of `call.d` values each ([`is_short`]) from
+    /// `x` on, each row's exactly as [`RowOp::stats`] gathers them from a [`Plain`] source:
+    /// by default one row after the other, as the row loop does; where [`RowOp::GROUPS`],
+    /// pass by pass over the rows.
+    ///
+    /// # Safety
+    /// `x` covers `n` rows of `call.d ≥ 1` values, and they are short.
+    #[inline(always)]
+    unsafe fn group_stats<S: Simd, E: Element>(
+        s: S,
+        call: &NormCall<E>,
+        x: *const E,
+        n: usize,
+    ) -> [Self::Stats; GROUP] {
+        let mut out = [Self::Stats::default(); GROUP];
+        for (j, o) in out[..n].iter_mut().enumerate() {
+            let row = Plain::<E> {
+                // SAFETY: row `j < n` lies in `x`.
+                x: unsafe { x.add(j * call.d) },
+                ahead: [std::ptr::null(); 2],
+            };
+            // SAFETY: the row holds `d ≥ 1` values.
+            *o = unsafe { Self::stats(s, call, &row, &Idle) };
+        }
+        out
+    }
     /// The vector normalize sweep of a row from the values `h` into `y`, or `None` if the row
     /// takes the f64 path.
     fn sweep<S: Simd, E: Element, V: Values<S>>(
@@ -421,7 +450,7 @@ unsafe fn sources<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         if call.r.is_null() {
-            each_row::<S, E, Op, Plain<E>>(s, call);
+            plain_rows::<S, E, Op, true>(s, call);
         } else if E::IS_F32 && call.blocks && call.d <= BLOCKS_MAX_D && !call.stream && !call.h.is_null() {
             // (`blocks` implies the rest. Restated, they let the compiler drop the branches
             // for long rows, streaming and a null `h` from the block's sweeps: without them
@@ -503,9 +532,61 @@ unsafe fn by_blocks<S: Simd, E: Element, Op: RowOp, const BIAS: bool>(s: S, call
                 ..*call
             }
         };
-        // SAFETY: `sub` is a plain call over the block. (Welford chunks, as the add forms' row
-        // loop: the same bits.)
-        unsafe { each_row::<S, E, Op, Plain<E, false>>(s, &sub) };
+        // SAFETY: `sub` is a plain call over the block. (Welford chunks as the add forms' row
+        // loop, or groups of short rows, which give the row loop's bits.)
+        unsafe { plain_rows::<S, E, Op, false>(s, &sub) };
+        r0 += n;
+    }
+}
+
+/// The rows of a plain call (no residual add): by groups where they are short ([`by_groups`]),
+/// else by the row loop, with two-pass chunks where `TWO_PASS` and Welford chunks otherwise
+/// (see [`Source::TWO_PASS`]).
+///
+/// # Safety
+/// As [`norm_rows`], with `call.r` null.
+#[inline(always)]
+unsafe fn plain_rows<S: Simd, E: Element, Op: RowOp, const TWO_PASS: bool>(s: S, call: &NormCall<E>) {
+    // SAFETY: forwarded.
+    unsafe {
+        if Op::GROUPS && is_short::<S>(call.d) {
+            by_groups::<S, E, Op>(s, call);
+        } else {
+            each_row::<S, E, Op, Plain<E, TWO_PASS>>(s, call);
+        }
+    }
+}
+
+/// Short rows ([`is_short`]) of a plain call, [`GROUP`] rows at a time: the statistics of the
+/// group pass by pass ([`RowOp::group_stats`]), then the normalize sweep of each row. The bits
+/// are those of the row loop.
+///
+/// # Safety
+/// As [`norm_rows`], with `call.r` null and short rows.
+#[inline(always)]
+unsafe fn by_groups<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
+    let d = call.d;
+    let mut r0 = 0;
+    while r0 < call.rows {
+        let n = GROUP.min(call.rows - r0);
+        // SAFETY: rows `r0..r0 + n` lie inside the `rows·d` elements of `x` and `y`; each
+        // row's statistics are gathered before any row of the group is written (`y` may be
+        // `x`), and its sweep reads `x` before writing `y` at each offset.
+        unsafe {
+            let stats = Op::group_stats(s, call, call.x.add(r0 * d), n);
+            for (j, &st) in stats[..n].iter().enumerate() {
+                let (row, off) = (r0 + j, (r0 + j) * d);
+                let (_, h) = Plain::<E>::row(s, call, off);
+                let y = call.y.add(off);
+                match Op::sweep(s, call, st, h, y) {
+                    Some(sweep) => {
+                        sweep.run(s, 0, d);
+                        write_stats(call, row, Op::outputs(st));
+                    }
+                    None => write_stats(call, row, Op::wide::<S, E, Reread<E>>(call, h, y)),
+                }
+            }
+        }
         r0 += n;
     }
 }
@@ -568,11 +649,24 @@ fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
 /// LayerNorm of one row, with or without `γ`, `β`.
 pub(crate) struct Layer<const GAMMA: bool, const BETA: bool>;
 
+impl<const GAMMA: bool, const BETA: bool> Layer<GAMMA, BETA> {
+    /// A row's `(μ, rstd)` from its moments about `k`, NaN where it takes the f64 path.
+    #[inline(always)]
+    fn of<E>(call: &NormCall<E>, k: f32, mo: Moments) -> (f64, f64) {
+        if mo.fits_f32() {
+            (k as f64 + mo.mean, rstd_of(mo.m2 * (1.0 / call.d as f64), call.eps))
+        } else {
+            (f64::NAN, f64::NAN)
+        }
+    }
+}
+
 impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
     /// `(μ, rstd)`, NaN where the row needs the f64 path (a NaN or ±∞ in it, or an f32
     /// overflow of its statistics).
     type Stats = (f64, f64);
     type Sweep<S: Simd, E: Element, V: Values<S>> = Normalize<S, E, V, GAMMA, BETA>;
+    const GROUPS: bool = true;
 
     #[inline(always)]
     unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>>(
@@ -584,13 +678,20 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         // SAFETY: the row holds `d ≥ 1` values.
         unsafe {
             let k = src.first();
-            let mo = moments(s, src, call.d, k, pending);
-            if mo.fits_f32() {
-                (k as f64 + mo.mean, rstd_of(mo.m2 * (1.0 / call.d as f64), call.eps))
-            } else {
-                (f64::NAN, f64::NAN)
-            }
+            Self::of(call, k, moments(s, src, call.d, k, pending))
         }
+    }
+
+    #[inline(always)]
+    unsafe fn group_stats<S: Simd, E: Element>(s: S, call: &NormCall<E>, x: *const E, n: usize) -> [(f64, f64); GROUP] {
+        let d = call.d;
+        let mut k = [0.0; GROUP];
+        for (j, k) in k[..n].iter_mut().enumerate() {
+            // SAFETY: row `j < n` holds `d ≥ 1` values; its shift as `Plain::first`.
+            *k = unsafe { (*x.add(j * d)).to_f32() };
+        }
+        // SAFETY: forwarded.
+        unsafe { group_moments(s, x, d, n, &k, |j, mo| Self::of(call, k[j], mo)) }
     }
 
     #[inline(always)]
