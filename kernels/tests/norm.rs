@@ -998,6 +998,46 @@ fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
     }
 }
 
+/// LayerNorm's short rows go by groups of rows in calls of at most 1 MiB (`x` and `y`) and
+/// through the row loop beyond; both must give the same bits. The rows of a call beyond
+/// (every short row length of AVX-512 and AVX2, with and without a tail, and rows taking the
+/// f64 path among them) are held against the same rows in a call of 40 rows, through every
+/// form (in place, with the statistics), on every ISA.
+#[test]
+fn short_rows_by_groups_match_the_row_loop_bit_for_bit() {
+    let mut g = Normal(0x1f83_d9ab_fb41_bd6b);
+    for d in [1usize, 7, 16, 33, 64, 100, 128] {
+        let rows = (1 << 20) / (2 * 4 * d) + 1;
+        let few = 40;
+        let MixedRows { x, gamma, beta, .. } = mixed_rows(&mut g, d, rows, 7 * d + d / 2, 11);
+        for k in all_kernels() {
+            for mode in 0..3 {
+                let all = LnCase {
+                    x: x.clone(),
+                    d,
+                    gamma: Some(gamma.clone()),
+                    beta: Some(beta.clone()),
+                    eps: 1e-5,
+                    offset: 1,
+                    mode,
+                };
+                let part = LnCase {
+                    x: x[..few * d].to_vec(),
+                    ..all.clone()
+                };
+                let form = format!("{} layer_norm mode {mode} d {d}", k.isa());
+                let (big, big_stats) = run_layer_norm(&k, &all);
+                let (small, small_stats) = run_layer_norm(&k, &part);
+                assert!(same_bits_f32(&big[..few * d], &small), "{form}");
+                if let (Some(big), Some(small)) = (big_stats, small_stats) {
+                    assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
+                    assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
+                }
+            }
+        }
+    }
+}
+
 /// Streaming stores change where `y` goes, never a bit of it: every form, on every ISA, with
 /// rows long enough to stream (`d ≥ 512`), `y` at several alignments, long rows beyond L2
 /// (`d ≥ 4096`, 2¹⁸ elements), and rows taking the f64 path (a NaN, ±10³⁰) among them.

@@ -165,9 +165,10 @@
 //! faster. LayerNorm's short plain rows (rows of at most `2·ACC` vectors, and the blocks of
 //! the add forms) go by groups of 16 rows, pass by pass over the group: the sums of every
 //! row, then their reductions, then the squared deviations of every row, then theirs (see
-//! `group_moments`, which gives the bits of the row loop). A group's passes are as many
-//! independent chains as rows, where one row at a time its chain filled the out-of-order
-//! window: 1.05–1.13× on AVX-512 at 32 to 128 values a row (Intel Xeon).
+//! `group_moments`, which gives the bits of the row loop), in calls of at most 1 MiB. A
+//! group's passes are as many independent chains as rows, where one row at a time its chain
+//! filled the out-of-order window, and its reductions and square roots go in vectors across
+//! rows: 1.13–1.24× on AVX-512 and 1.08–1.23× on AVX2 at 32 to 128 values a row (Intel Xeon).
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
 //! in L1 a `LANES × LANES` block at a time, the per-lane Welford of the time with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
@@ -1262,19 +1263,18 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     debug_assert!(B.is_power_of_two() && B >= 2 && B <= BLOCK && 0 < n && n <= B * S::LANES);
     // SAFETY: forwarded.
     let z = unsafe { load_block::<S, R, B>(s, src, i, n, kv) };
-    let centre = block_mean(s, tree(s, z), n);
-    let m2 = block_m2(s, tree_deviations(s, z, n, centre), n, centre);
+    let centre = block_mean(s.reduce_add_f64(tree(s, z)), n);
+    let m2 = block_m2(s.reduce_add_f64(tree_deviations(s, z, n, centre)), n, centre);
     total.merge(n as f64, centre.0, m2);
 }
 
-/// The mean of a block of `n ≤ BLOCK·MAX_LANES` values whose sum is the lanes of `sum`, in f64,
-/// and `mc`, the same in f32 (its own f32 reduction: the deviations need not wait for the
-/// longer f64 one): [`merge_block`]'s first pass.
+/// The mean of a block of `n ≤ BLOCK·MAX_LANES` values from the f64 sum of its lanes, and
+/// `mc`, the same rounded to f32: [`merge_block`]'s first pass.
 #[inline(always)]
-fn block_mean<S: Simd>(s: S, sum: S::V, n: usize) -> (f64, f32) {
-    // `n ≤ BLOCK·MAX_LANES`: exact as u32 and f32.
-    let rn = 1.0 / n as u32 as f64;
-    (s.reduce_add_f64(sum) * rn, s.reduce_add(sum) * rn as f32)
+fn block_mean(sum: f64, n: usize) -> (f64, f32) {
+    // `n ≤ BLOCK·MAX_LANES`: exact as u32.
+    let mean = sum * (1.0 / n as u32 as f64);
+    (mean, mean as f32)
 }
 
 /// The squares of the deviations `z − mc` of the `n` values of a block `z` (zero past them),
@@ -1293,15 +1293,15 @@ fn tree_deviations<S: Simd, const B: usize>(s: S, z: [S::V; B], n: usize, (_, mc
     tree_squares(s, t)
 }
 
-/// The sum of squared deviations from the mean of a block of `n` values, from the tree of
-/// [`tree_deviations`] centred on `mc`: its lanes summed in f64, less `n·(mean − mc)²`.
+/// The sum of squared deviations from the mean of a block of `n` values, from the f64 sum of
+/// the lanes of [`tree_deviations`] (centred on `mc`): it less `n·(mean − mc)²`.
 #[inline(always)]
-fn block_m2<S: Simd>(s: S, dev: S::V, n: usize, (mean, mc): (f64, f32)) -> f64 {
+fn block_m2(dev: f64, n: usize, (mean, mc): (f64, f32)) -> f64 {
     let off = mean - mc as f64;
-    s.reduce_add_f64(dev) - n as f64 * off * off
+    dev - n as f64 * off * off
 }
 
-/// Rows gathered at once by [`group_moments`].
+/// Rows gathered at once by [`group_moments`] (as many as [`Simd::reduce_add_f64_16`] reduces).
 pub(crate) const GROUP: usize = 16;
 
 /// Whether rows of `d` values are short: held in registers by [`merge_block`], and gathered
@@ -1319,41 +1319,44 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// One row at a time, a short row's work is a chain: its sum, the reductions, its deviations
 /// (which wait on the mean), theirs, then the square root and division that end it; the
 /// rows that follow fill the out-of-order window behind it. By passes, each pass is as many
-/// independent chains as rows. Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with
-/// `γ`, `β`, median of 2001 calls, the two forms alternating call by call in one process), by
-/// groups against the row loop: on AVX-512 1.11× at 256×64 (4175 against 4652 ns), 1.09×
-/// at 512×32, 1.13× at 170×96, 1.05× at 128×128, 1.01× at 4096×64 (beyond L2); on AVX2
-/// (short rows up to 64 values) 1.01× at 256×64, 1.05× at 512×32, 0.97× at 4096×64.
-/// RMSNorm, whose rows have one reduction and nothing waiting on it but the square root, lost
-/// by groups (0.81–0.95× on AVX-512, 0.87–0.91× on AVX2) and keeps the row loop.
+/// independent chains as rows. The reductions of a pass run together
+/// ([`Simd::reduce_add_f64_16`]: on AVX-512 eight rows per f64 vector, about five
+/// instructions a row against nine, and no scalar results to gather), and what follows them
+/// runs as loops over all the rows' results, which the compiler vectorizes: LayerNorm's
+/// square roots and divisions then go eight rows to an instruction.
 ///
-/// The rows are finished one by one as their last reduction comes, not gathered into an
-/// array first: LLVM vectorized a loop over such an array, and its vector loads of values
-/// just stored one at a time waited on store forwarding (by groups then gained 1.05×
-/// at 256×64, not 1.11×).
+/// Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with `γ`, `β`, median of 1001
+/// calls, by groups and by the row loop alternating call by call in one process): on AVX-512
+/// 1.16× at 256×64 (3997 against 4625 ns), 1.24× at 512×32, 1.16× at 170×96, 1.13× at
+/// 128×128, 1.21× at 1024×48, 1.17× at 2048×64; on AVX2 (short rows up to 64 values) 1.09×,
+/// 1.23×, –, –, 1.13×, 1.08×. Steps on the way, at 256×64 on AVX-512: the passes alone,
+/// each row's reductions and square root as in the row loop, 1.05×; finishing each row as
+/// its last reduction came rather than through an array (whose vector loads, by the
+/// compiler, of values just stored one at a time waited on store forwarding) 1.11×; the
+/// reductions together and the square roots in vectors, the rest. RMSNorm, whose rows have
+/// one reduction and nothing waiting on it but the square root, lost by groups (0.81–0.95×
+/// on AVX-512, 0.87–0.91× on AVX2, the passes alone) and keeps the row loop.
 ///
 /// What is left: a standalone model of the same passes with `d` fixed at 64 (no tails, `γ`,
-/// `β` held in registers, the rows' f32 sums reduced sixteen at a time by a transpose) took
-/// 2.44–2.51 µs at 256×64 against the row loop's 4.64–4.75 (same process, medians of 4001
-/// calls); reducing each row alone, 2.61–2.67.
+/// `β` held in registers, the rows' sums reduced sixteen at a time in f32) took 2.44–2.51 µs
+/// at 256×64 against the row loop's 4.64–4.75 (same process, medians of 4001 calls).
 ///
 /// # Safety
 /// `x` covers `n` rows of `d ≥ 1` values, `d ≤ BLOCK·LANES`; `n ≤ GROUP`.
 #[inline(always)]
-pub(crate) unsafe fn group_moments<S: Simd, E: Element, T: Copy + Default>(
+pub(crate) unsafe fn group_moments<S: Simd, E: Element>(
     s: S,
     x: *const E,
     d: usize,
     n: usize,
     k: &[f32; GROUP],
-    finish: impl Fn(usize, Moments) -> T,
-) -> [T; GROUP] {
+) -> [Moments; GROUP] {
     // SAFETY: forwarded; as `merge_short` picks the block.
     unsafe {
         if d <= ACC * S::LANES {
-            group_moments_of::<S, E, T, ACC>(s, x, d, n, k, finish)
+            group_moments_of::<S, E, ACC>(s, x, d, n, k)
         } else {
-            group_moments_of::<S, E, T, BLOCK>(s, x, d, n, k, finish)
+            group_moments_of::<S, E, BLOCK>(s, x, d, n, k)
         }
     }
 }
@@ -1363,14 +1366,13 @@ pub(crate) unsafe fn group_moments<S: Simd, E: Element, T: Copy + Default>(
 /// # Safety
 /// As [`group_moments`], with `d ≤ B·LANES`.
 #[inline(always)]
-unsafe fn group_moments_of<S: Simd, E: Element, T: Copy + Default, const B: usize>(
+unsafe fn group_moments_of<S: Simd, E: Element, const B: usize>(
     s: S,
     x: *const E,
     d: usize,
     n: usize,
     k: &[f32; GROUP],
-    finish: impl Fn(usize, Moments) -> T,
-) -> [T; GROUP] {
+) -> [Moments; GROUP] {
     // The rows of the group are read once per pass, from L1 after the first
     // (`n·d ≤ GROUP·BLOCK·LANES` values). (A function, not a closure: see `load_block`.)
     // SAFETY (all blocks): row `j < n` of `x` holds `d ≤ B·LANES` values.
@@ -1378,24 +1380,21 @@ unsafe fn group_moments_of<S: Simd, E: Element, T: Copy + Default, const B: usiz
     for (j, v) in v[..n].iter_mut().enumerate() {
         *v = tree(s, unsafe { row_block::<S, E, B>(s, x, d, j, k[j]) });
     }
-    let mut centre = [(0.0, 0.0); GROUP];
-    for (c, v) in centre[..n].iter_mut().zip(&v) {
-        *c = block_mean(s, *v, d);
-    }
+    // The reductions of all the rows at once, and the loops over their results for all of
+    // them (the rows past `n` are zero), so that the compiler may run those in vectors.
+    let mut sums = [0.0; GROUP];
+    s.reduce_add_f64_16(&v, &mut sums);
+    let centre = sums.map(|sum| block_mean(sum, d));
     for (j, v) in v[..n].iter_mut().enumerate() {
         *v = tree_deviations(s, unsafe { row_block::<S, E, B>(s, x, d, j, k[j]) }, d, centre[j]);
     }
-    // Each row finished as it comes (see `group_moments`).
-    let mut out = [T::default(); GROUP];
-    for (j, ((o, v), c)) in out[..n].iter_mut().zip(&v).zip(&centre).enumerate() {
-        *o = finish(
-            j,
-            Moments {
-                n: d as f64,
-                mean: c.0,
-                m2: block_m2(s, *v, d, *c),
-            },
-        );
+    s.reduce_add_f64_16(&v, &mut sums);
+    // (A loop: built by `std::array::from_fn` instead, the AVX2 rows ran at the row loop's
+    // speed, 256×64 4535–4603 ns against 4003–4030.)
+    let mut out = [Moments::default(); GROUP];
+    for (j, o) in out.iter_mut().enumerate() {
+        let (mean, m2) = (centre[j].0, block_m2(sums[j], d, centre[j]));
+        *o = Moments { n: d as f64, mean, m2 };
     }
     out
 }

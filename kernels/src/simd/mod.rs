@@ -181,6 +181,16 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// Sum of the lanes in f64: each lane converted exactly, then added as a tree, so the only
     /// rounding is f64's (a relative error ≤ log₂ LANES · 2⁻⁵³). Statistics reductions use it.
     fn reduce_add_f64(self, a: Self::V) -> f64;
+    /// [`reduce_add_f64`](Simd::reduce_add_f64) of each of 16 vectors, bit for bit (the
+    /// same tree of the same additions for every vector): `out[r]` is the sum of `v[r]`. By
+    /// default one vector at a time; AVX-512 reduces eight vectors at once in each f64
+    /// vector (the tree's levels with the vectors transposed) and stores the sums whole.
+    #[inline(always)]
+    fn reduce_add_f64_16(self, v: &[Self::V; 16], out: &mut [f64; 16]) {
+        for (o, v) in out.iter_mut().zip(v) {
+            *o = self.reduce_add_f64(*v);
+        }
+    }
     /// Hints that the cache line holding `p` will be read soon. Never faults, so `p` need not
     /// point to valid memory. The default does nothing.
     #[inline(always)]
