@@ -968,29 +968,7 @@ fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
             mode: 0,
         };
         for k in all_kernels().into_iter().map(|k| k.with_cache_size(llc)) {
-            for mode in 0..3 {
-                let all = LnCase {
-                    x: x.clone(),
-                    d,
-                    gamma: Some(gamma.clone()),
-                    beta: Some(beta.clone()),
-                    eps: 1e-5,
-                    offset: 1,
-                    mode,
-                };
-                let part = LnCase {
-                    x: x[..few * d].to_vec(),
-                    ..all.clone()
-                };
-                let form = format!("{} layer_norm mode {mode} d {d}", k.isa());
-                let (big, big_stats) = run_layer_norm(&k, &all);
-                let (small, small_stats) = run_layer_norm(&k, &part);
-                assert!(same_bits_f32(&big[..few * d], &small), "{form}");
-                if let (Some(big), Some(small)) = (big_stats, small_stats) {
-                    assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
-                    assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
-                }
-            }
+            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, few);
             for mode in 0..4 {
                 assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few);
             }
@@ -1011,29 +989,36 @@ fn short_rows_by_groups_match_the_row_loop_bit_for_bit() {
         let few = 40;
         let MixedRows { x, gamma, beta, .. } = mixed_rows(&mut g, d, rows, 7 * d + d / 2, 11);
         for k in all_kernels() {
-            for mode in 0..3 {
-                let all = LnCase {
-                    x: x.clone(),
-                    d,
-                    gamma: Some(gamma.clone()),
-                    beta: Some(beta.clone()),
-                    eps: 1e-5,
-                    offset: 1,
-                    mode,
-                };
-                let part = LnCase {
-                    x: x[..few * d].to_vec(),
-                    ..all.clone()
-                };
-                let form = format!("{} layer_norm mode {mode} d {d}", k.isa());
-                let (big, big_stats) = run_layer_norm(&k, &all);
-                let (small, small_stats) = run_layer_norm(&k, &part);
-                assert!(same_bits_f32(&big[..few * d], &small), "{form}");
-                if let (Some(big), Some(small)) = (big_stats, small_stats) {
-                    assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
-                    assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
-                }
-            }
+            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, few);
+        }
+    }
+}
+
+/// LayerNorm of the rows `x` (of `d` values) and of their first `few` rows alone, through
+/// every form (out of place, in place, with the statistics): asserts the same bits on those
+/// rows.
+fn assert_layer_norm_rows_alone(k: &Kernels, x: &[f32], d: usize, gamma: &[f32], beta: &[f32], few: usize) {
+    for mode in 0..3 {
+        let all = LnCase {
+            x: x.to_vec(),
+            d,
+            gamma: Some(gamma.to_vec()),
+            beta: Some(beta.to_vec()),
+            eps: 1e-5,
+            offset: 1,
+            mode,
+        };
+        let part = LnCase {
+            x: x[..few * d].to_vec(),
+            ..all.clone()
+        };
+        let form = format!("{} layer_norm mode {mode} d {d}", k.isa());
+        let (big, big_stats) = run_layer_norm(k, &all);
+        let (small, small_stats) = run_layer_norm(k, &part);
+        assert!(same_bits_f32(&big[..few * d], &small), "{form}");
+        if let (Some(big), Some(small)) = (big_stats, small_stats) {
+            assert!(same_bits_f32(&big.0[..few], &small.0), "{form}: mean");
+            assert!(same_bits_f32(&big.1[..few], &small.1), "{form}: rstd");
         }
     }
 }

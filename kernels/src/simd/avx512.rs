@@ -359,20 +359,14 @@ mod tests {
         }
         // SAFETY: the CPU has the features the token stands for.
         let s = unsafe { Avx512::new_unchecked() };
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
         let mut differs = 0;
-        for _ in 0..200 {
-            let values: Vec<f32> = (0..256)
-                .map(|_| {
-                    let r = next();
-                    let unit = (r >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-                    unit * 2f32.powi((r % 61) as i32 - 30)
+        for round in 0..200u64 {
+            // Scattered by multiplicative hashing: a fraction in [−½, ½), times 2^(−30..30).
+            let values: Vec<f32> = (0..256u64)
+                .map(|i| {
+                    let h = (round * 256 + i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    let unit = (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                    unit * 2f32.powi(((h >> 8) % 61) as i32 - 30)
                 })
                 .collect();
             // SAFETY: 16 vectors of 16 lanes from 256 values.
