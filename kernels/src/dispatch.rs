@@ -1,7 +1,9 @@
 //! Runtime dispatch: one table of entry points per ISA, chosen once and cached.
 //!
 //! Each table's entries are thin `#[target_feature]` functions that instantiate the generic
-//! bodies with the ISA's token, so everything below them is compiled for that ISA. A
+//! bodies with the ISA's token, so everything below them is compiled for that ISA. (LayerNorm
+//! and RMSNorm pick their instance first, then enter one such function per instance: see
+//! [`crate::norm::NormEntry`].) A
 //! [`Kernels`] value holds a table only after its ISA was checked, which is what makes the
 //! calls through it sound.
 
@@ -105,10 +107,29 @@ macro_rules! isa_table {
                 unsafe { crate::gemm::Tile::gau(token(), call) }
             }
 
+            /// The LayerNorm and RMSNorm instances of this ISA, each a function of its own.
+            struct Norms;
+
+            impl crate::norm::NormEntry for Norms {
+                #[inline(always)]
+                unsafe fn run<E: Element, Op: crate::norm::RowOp, W: crate::norm::Walk>(call: &NormCall<E>) {
+                    // SAFETY: forwarded from `norm_rows`, reached only through `norm` below.
+                    unsafe { norm_instance::<E, Op, W>(call) }
+                }
+            }
+
             $(#[target_feature(enable = $features)])?
+            #[inline(never)]
+            unsafe fn norm_instance<E: Element, Op: crate::norm::RowOp, W: crate::norm::Walk>(
+                call: &NormCall<E>,
+            ) {
+                // SAFETY: forwarded.
+                unsafe { crate::norm::walk_rows::<S, E, Op, W>(token(), call) }
+            }
+
             unsafe fn norm<E: Element>(call: &NormCall<E>) {
                 // SAFETY: reached only through a `Kernels` of this ISA, with a checked call.
-                unsafe { crate::norm::norm_rows(token(), call) }
+                unsafe { crate::norm::norm_rows::<E, Norms>(call) }
             }
 
             $(#[target_feature(enable = $features)])?

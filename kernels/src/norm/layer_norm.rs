@@ -356,27 +356,136 @@ impl Kernels {
     }
 }
 
-/// Entry of the generic bodies of LayerNorm and RMSNorm: picks the instance for the call.
+/// An ISA's entry point for one instance of the LayerNorm and RMSNorm bodies: a
+/// `#[target_feature]` function of its dispatch table that runs [`walk_rows`].
+///
+/// Each (op, walk) instance is compiled as a function of its own: inlined into one entry per
+/// ISA and storage type, the 30 instances made functions of about a megabyte of machine code
+/// each, which LLVM optimized in minutes.
+pub(crate) trait NormEntry {
+    /// Runs `walk_rows::<S, E, Op, W>` with the ISA's token.
+    ///
+    /// # Safety
+    /// The CPU supports the ISA; as [`walk_rows`].
+    unsafe fn run<E: Element, Op: RowOp, W: Walk>(call: &NormCall<E>);
+}
+
+/// Entry of the generic bodies of LayerNorm and RMSNorm: picks the instance for the call, an
+/// op ([`RowOp`]) and a walk over the rows ([`Walk`]), and runs it through `N`.
 ///
 /// # Safety
 /// `call` is validated: `x`, `y` (and `r`, and `h` unless null, for the add forms) cover `rows·d` elements,
 /// `gamma`, `beta`, `bias` are null or cover `d`, `mean`, `rstd` null or cover `rows`; `y`
-/// and `h` overlap `x` only by being equal to it.
-#[inline(always)]
-pub(crate) unsafe fn norm_rows<S: Simd, E: Element>(s: S, call: &NormCall<E>) {
+/// and `h` overlap `x` only by being equal to it. The CPU supports the ISA of `N`.
+pub(crate) unsafe fn norm_rows<E: Element, N: NormEntry>(call: &NormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match (call.kind, !call.gamma.is_null(), !call.beta.is_null()) {
-            (NormKind::Layer, false, false) => sources::<S, E, Layer<false, false>>(s, call),
-            (NormKind::Layer, false, true) => sources::<S, E, Layer<false, true>>(s, call),
-            (NormKind::Layer, true, false) => sources::<S, E, Layer<true, false>>(s, call),
-            (NormKind::Layer, true, true) => sources::<S, E, Layer<true, true>>(s, call),
-            (NormKind::Rms, false, _) => sources::<S, E, super::rms_norm::Rms<false>>(s, call),
-            (NormKind::Rms, true, _) => sources::<S, E, super::rms_norm::Rms<true>>(s, call),
+            (NormKind::Layer, false, false) => walks::<E, Layer<false, false>, N>(call),
+            (NormKind::Layer, false, true) => walks::<E, Layer<false, true>, N>(call),
+            (NormKind::Layer, true, false) => walks::<E, Layer<true, false>, N>(call),
+            (NormKind::Layer, true, true) => walks::<E, Layer<true, true>, N>(call),
+            (NormKind::Rms, false, _) => walks::<E, super::rms_norm::Rms<false>, N>(call),
+            (NormKind::Rms, true, _) => walks::<E, super::rms_norm::Rms<true>, N>(call),
         }
     }
+}
+
+/// Runs `Op` through `N` with the walk over the rows the call asks for.
+///
+/// # Safety
+/// As [`norm_rows`].
+#[inline(always)]
+unsafe fn walks<E: Element, Op: RowOp, N: NormEntry>(call: &NormCall<E>) {
+    // SAFETY: forwarded from the caller; each walk's own conditions are those checked here.
+    unsafe {
+        if call.r.is_null() {
+            N::run::<E, Op, PlainWalk>(call);
+        } else if E::IS_F32 && Blocks::<false>::takes(call) {
+            // (`E::IS_F32` first and by itself: a constant, so the other storage types do
+            // not instantiate the blocks at all.)
+            if call.bias.is_null() {
+                N::run::<E, Op, Blocks<false>>(call);
+            } else {
+                N::run::<E, Op, Blocks<true>>(call);
+            }
+        } else if call.bias.is_null() {
+            N::run::<E, Op, AddWalk<false>>(call);
+        } else {
+            N::run::<E, Op, AddWalk<true>>(call);
+        }
+    }
+}
+
+/// Runs the instance `(Op, W)` over every row of the call, for the ISA of `S` (the body of the
+/// entry points of [`NormEntry`]).
+///
+/// # Safety
+/// As [`norm_rows`], with the conditions of [`walks`] for `W`, and the CPU supports the ISA
+/// of `S`.
+#[inline(always)]
+pub(crate) unsafe fn walk_rows<S: Simd, E: Element, Op: RowOp, W: Walk>(s: S, call: &NormCall<E>) {
+    // SAFETY: forwarded from the caller.
+    unsafe { W::rows::<S, E, Op>(s, call) };
     if call.stream {
         s.fence();
+    }
+}
+
+/// A walk over the rows of a call: which source the rows are read through, and in what order
+/// the sweeps of the rows run.
+pub(crate) trait Walk {
+    /// Runs `Op` over every row of `call`.
+    ///
+    /// # Safety
+    /// As [`norm_rows`], with the conditions under which [`walks`] picks this walk.
+    unsafe fn rows<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>);
+}
+
+/// Plain calls (no residual add): [`plain_rows`], two-pass chunks.
+pub(crate) struct PlainWalk;
+
+impl Walk for PlainWalk {
+    #[inline(always)]
+    unsafe fn rows<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
+        // SAFETY: forwarded; `call.r` is null.
+        unsafe { plain_rows::<S, E, Op, true>(s, call) }
+    }
+}
+
+/// The f32 add forms with short rows and an `h` to build them in: [`by_blocks`].
+pub(crate) struct Blocks<const BIAS: bool>;
+
+impl Blocks<false> {
+    /// Whether the call goes by blocks. (`blocks` implies the rest; restated, the rest lets
+    /// the compiler drop the branches for long rows, streaming and a null `h` from the
+    /// block's sweeps: without that those ran 15% slower at 256×64.)
+    #[inline(always)]
+    fn takes<E: Element>(call: &NormCall<E>) -> bool {
+        E::IS_F32 && call.blocks && call.d <= BLOCKS_MAX_D && !call.stream && !call.h.is_null()
+    }
+}
+
+impl<const BIAS: bool> Walk for Blocks<BIAS> {
+    #[inline(always)]
+    unsafe fn rows<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
+        // SAFETY: `walks` picks this walk only where `takes` holds (and `call.bias` is null
+        // exactly when `!BIAS`); forwarded.
+        unsafe {
+            std::hint::assert_unchecked(Blocks::<false>::takes(call));
+            by_blocks::<S, E, Op, BIAS>(s, call);
+        }
+    }
+}
+
+/// The other add forms: the row loop over [`AddResidual`].
+pub(crate) struct AddWalk<const BIAS: bool>;
+
+impl<const BIAS: bool> Walk for AddWalk<BIAS> {
+    #[inline(always)]
+    unsafe fn rows<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
+        // SAFETY: forwarded; `call.r` is not null, `call.bias` is exactly when `BIAS`.
+        unsafe { each_row::<S, E, Op, AddResidual<S, E, BIAS>>(s, call) }
     }
 }
 
@@ -444,33 +553,6 @@ pub(crate) trait RowOp {
     unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32);
     /// The per-row outputs `(mean, rstd)` of a row on the vector path.
     fn outputs(st: Self::Stats) -> (f32, f32);
-}
-
-/// Runs `Op` over every row, with the source the call asks for.
-///
-/// # Safety
-/// As [`norm_rows`].
-#[inline(always)]
-unsafe fn sources<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        if call.r.is_null() {
-            plain_rows::<S, E, Op, true>(s, call);
-        } else if E::IS_F32 && call.blocks && call.d <= BLOCKS_MAX_D && !call.stream && !call.h.is_null() {
-            // (`blocks` implies the rest. Restated, they let the compiler drop the branches
-            // for long rows, streaming and a null `h` from the block's sweeps: without them
-            // those ran 15% slower at 256×64.)
-            if call.bias.is_null() {
-                by_blocks::<S, E, Op, false>(s, call);
-            } else {
-                by_blocks::<S, E, Op, true>(s, call);
-            }
-        } else if call.bias.is_null() {
-            each_row::<S, E, Op, AddResidual<S, E, false>>(s, call);
-        } else {
-            each_row::<S, E, Op, AddResidual<S, E, true>>(s, call);
-        }
-    }
 }
 
 /// Rows of the f32 add forms at most this long go by blocks ([`by_blocks`]) in calls that fit

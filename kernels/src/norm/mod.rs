@@ -278,7 +278,7 @@ mod rms_norm;
 
 pub use batch_norm::BatchNormOptions;
 pub(crate) use batch_norm::{batch_norm_call, BatchNormCall};
-pub(crate) use layer_norm::{norm_rows, NormCall};
+pub(crate) use layer_norm::{norm_rows, walk_rows, NormCall, NormEntry, RowOp, Walk};
 pub use layer_norm::{LayerNormOptions, Residual, RowStats};
 pub use rms_norm::RmsNormOptions;
 
