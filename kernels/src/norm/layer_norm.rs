@@ -2,8 +2,7 @@
 
 use super::{
     check_eps, check_len, check_opt, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of, ptr_of,
-    rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, Reread, RowSource, Source, Values,
-    GROUP,
+    rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, RowSource, Source, Values, GROUP,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
@@ -473,7 +472,12 @@ impl<const BIAS: bool> Walk for Blocks<BIAS> {
         // exactly when `!BIAS`); forwarded.
         unsafe {
             std::hint::assert_unchecked(Blocks::<false>::takes(call));
-            by_blocks::<S, E, Op, BIAS>(s, call);
+            if Op::GROUPS && is_short::<S>(call.d) {
+                // The blocks' add fused into the groups' first pass.
+                by_groups::<S, E, Op, AddResidual<S, E, BIAS>>(s, call, call.h.cast_const());
+            } else {
+                by_blocks::<S, E, Op, BIAS>(s, call);
+            }
         }
     }
 }
@@ -507,31 +511,33 @@ pub(crate) trait RowOp {
         src: &R,
         pending: &P,
     ) -> Self::Stats;
-    /// Whether the short rows of plain calls go by groups ([`by_groups`]).
+    /// Whether short rows go by groups ([`by_groups`]): those of plain calls, and those of
+    /// the f32 add forms that go by blocks.
     const GROUPS: bool = false;
-    /// The statistics of `n ≤ GROUP` short rows of `call.d` values each ([`is_short`]) from
-    /// `x` on, each row's exactly as [`RowOp::stats`] gathers them from a [`Plain`] source:
-    /// by default one row after the other, as the row loop does; where [`RowOp::GROUPS`],
-    /// pass by pass over the rows.
+    /// The statistics of the `n ≤ GROUP` short rows `r0..r0 + n` of `call` ([`is_short`]),
+    /// each row's exactly as [`RowOp::stats`] gathers them from its source `R`: by default
+    /// one row after the other, as the row loop does; where [`RowOp::GROUPS`], pass by pass
+    /// over the rows ([`group_moments`], which reads the rows again at `again`).
     ///
     /// # Safety
-    /// `x` covers `n` rows of `call.d ≥ 1` values, and they are short.
+    /// Rows `r0..r0 + n` lie in `call`, of `call.d ≥ 1` values, and they are short; `again`
+    /// as for [`group_moments`].
     #[inline(always)]
-    unsafe fn group_stats<S: Simd, E: Element>(
+    unsafe fn group_stats<S: Simd, E: Element, R: RowSource<S, E>>(
         s: S,
         call: &NormCall<E>,
-        x: *const E,
+        r0: usize,
         n: usize,
+        again: *const E,
     ) -> [Self::Stats; GROUP] {
+        let _ = again;
         let mut out = [Self::Stats::default(); GROUP];
         for (j, o) in out[..n].iter_mut().enumerate() {
-            let row = Plain::<E> {
-                // SAFETY: row `j < n` lies in `x`.
-                x: unsafe { x.add(j * call.d) },
-                ahead: [std::ptr::null(); 2],
+            // SAFETY: row `r0 + j` lies in `call` and holds `d ≥ 1` values.
+            *o = unsafe {
+                let (src, _) = R::row(s, call, (r0 + j) * call.d);
+                Self::stats(s, call, &src, &Idle)
             };
-            // SAFETY: the row holds `d ≥ 1` values.
-            *o = unsafe { Self::stats(s, call, &row, &Idle) };
         }
         out
     }
@@ -571,7 +577,7 @@ const BLOCKS_MAX_D: usize = 128;
 /// operand, so that `x`, `r`, `h` and `y` of a block fit L1 together).
 const ADD_BLOCK: usize = 2048;
 
-/// The f32 add forms with short rows, a block of rows at a time: `h = α·x + (r + b)` for the
+/// The f32 add forms with short rows, where they do not go by groups, a block of rows at a time: `h = α·x + (r + b)` for the
 /// whole block (stored to `h`, which is the `h` output, `y` as scratch, or `x` in place),
 /// then the plain row loop over the block's `h`, still in L1. The values, and every operation
 /// on them, are those of the row loop of the add forms, so the bits are too; what changes is
@@ -639,7 +645,7 @@ unsafe fn plain_rows<S: Simd, E: Element, Op: RowOp, const TWO_PASS: bool>(s: S,
     // SAFETY: forwarded.
     unsafe {
         if Op::GROUPS && call.groups && is_short::<S>(call.d) {
-            by_groups::<S, E, Op>(s, call);
+            by_groups::<S, E, Op, Plain<E>>(s, call, call.x);
         } else {
             each_row::<S, E, Op, Plain<E, TWO_PASS>>(s, call);
         }
@@ -658,33 +664,35 @@ unsafe fn plain_rows<S: Simd, E: Element, Op: RowOp, const TWO_PASS: bool>(s: S,
 /// 4096×32, 256×64 on AVX-512), so the rule is a size instead.
 const GROUPS_MAX_BYTES: usize = 1 << 20;
 
-/// Short rows ([`is_short`]) of a plain call, [`GROUP`] rows at a time: the statistics of the
-/// group pass by pass ([`RowOp::group_stats`]), then the normalize sweep of each row. The bits
-/// are those of the row loop.
+/// Short rows ([`is_short`]), [`GROUP`] rows at a time: the statistics of the group pass by
+/// pass ([`RowOp::group_stats`]) from the source `R` (which reads `x`, or builds `h` from
+/// `x` and `r` and stores it), the rows read again at `again` (`x`, or the stored `h`), then
+/// the normalize sweep of each row. The bits are those of the row loop over `R`.
 ///
 /// # Safety
-/// As [`norm_rows`], with `call.r` null and short rows.
+/// As [`norm_rows`], with short rows, and `R` a plain source with `again` equal to `call.x`,
+/// or the f32 add source storing `h` with `again` equal to `call.h`.
 #[inline(always)]
-unsafe fn by_groups<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
+unsafe fn by_groups<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>, again: *const E) {
     let d = call.d;
     let mut r0 = 0;
     while r0 < call.rows {
         let n = GROUP.min(call.rows - r0);
-        // SAFETY: rows `r0..r0 + n` lie inside the `rows·d` elements of `x` and `y`; each
+        // SAFETY: rows `r0..r0 + n` lie inside the `rows·d` elements of every operand; each
         // row's statistics are gathered before any row of the group is written (`y` may be
-        // `x`), and its sweep reads `x` before writing `y` at each offset.
+        // `x` or `h`), and its sweep reads `h` before writing `y` at each offset.
         unsafe {
-            let stats = Op::group_stats(s, call, call.x.add(r0 * d), n);
+            let stats = Op::group_stats::<S, E, R>(s, call, r0, n, again);
             for (j, &st) in stats[..n].iter().enumerate() {
                 let (row, off) = (r0 + j, (r0 + j) * d);
-                let (_, h) = Plain::<E>::row(s, call, off);
+                let (_, h) = R::row(s, call, off);
                 let y = call.y.add(off);
                 match Op::sweep(s, call, st, h, y) {
                     Some(sweep) => {
                         sweep.run(s, 0, d);
                         write_stats(call, row, Op::outputs(st));
                     }
-                    None => write_stats(call, row, Op::wide::<S, E, Reread<E>>(call, h, y)),
+                    None => write_stats(call, row, Op::wide::<S, E, R::Back>(call, h, y)),
                 }
             }
         }
@@ -784,15 +792,22 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
     }
 
     #[inline(always)]
-    unsafe fn group_stats<S: Simd, E: Element>(s: S, call: &NormCall<E>, x: *const E, n: usize) -> [(f64, f64); GROUP] {
+    unsafe fn group_stats<S: Simd, E: Element, R: RowSource<S, E>>(
+        s: S,
+        call: &NormCall<E>,
+        r0: usize,
+        n: usize,
+        again: *const E,
+    ) -> [(f64, f64); GROUP] {
         let d = call.d;
         let mut k = [0.0; GROUP];
         for (j, k) in k[..n].iter_mut().enumerate() {
-            // SAFETY: row `j < n` holds `d ≥ 1` values; its shift as `Plain::first`.
-            *k = unsafe { (*x.add(j * d)).to_f32() };
+            // SAFETY: row `r0 + j` holds `d ≥ 1` values, none read yet; its shift as in
+            // `stats`.
+            *k = unsafe { R::row(s, call, (r0 + j) * d).0.first() };
         }
         // SAFETY: forwarded.
-        let mo = unsafe { group_moments(s, x, d, n, &k) };
+        let mo = unsafe { group_moments::<S, E, R>(s, call, r0, n, again, &k) };
         // `Self::of` for all the rows (those past `n` are zero), without branches: the
         // compiler runs it in vectors (see `group_moments`).
         let rd = 1.0 / d as f64;

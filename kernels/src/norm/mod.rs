@@ -154,7 +154,12 @@
 //! longer wait behind its add, and the adds of a block run back to back. Measured on x86-64:
 //! 1.12–1.56× at 32 to 128 values a row, in cache and up to 4 MiB per operand (AVX-512 and
 //! AVX2); not used beyond the last-level cache, where it loses the row loop's overlap of
-//! memory and computation, nor for longer rows, where the gain is small or a loss.
+//! memory and computation, nor for longer rows, where the gain is small or a loss. For
+//! LayerNorm, where its rows are short enough to go by groups (below), the add goes into the
+//! groups' first pass instead: each row's `h` is built, stored and summed in one go, and the
+//! second pass and the normalize sweep read it back from L1 (same bits again; `add_layer_norm`
+//! 256×64 on AVX-512 1.11–1.13× faster than the add for the block, then the groups over its
+//! `h`, with or without the `h` output; AVX2 even; Intel Xeon, report, best of two runs each).
 //!
 //! Short rows keep the row layout. At `d = 64` a row is one block of registers, so much of its
 //! cost is the chain of reductions, square root and division that ends it (4.2 Gelem/s at
@@ -1311,10 +1316,13 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
     d <= BLOCK * S::LANES
 }
 
-/// The moments of `n ≤ GROUP` short rows of `d` values each (see [`is_short`]; row `j` at
-/// `x + j·d`, minus `k[j]`), each exactly as [`moments`] gathers them for the row alone (the
-/// same values through the same operations, so the same bits), but pass by pass over the
-/// group: the sums of every row, their reductions, the squared deviations of every row, theirs.
+/// The moments of the `n ≤ GROUP` short rows `r0..r0 + n` of `call` (see [`is_short`]; minus
+/// `k[j]` for row `r0 + j`), each exactly as [`moments`] gathers them for the row alone from
+/// its source `R` (the same values through the same operations, so the same bits), but pass
+/// by pass over the group: the sums of every row, their reductions, the squared deviations of
+/// every row, theirs. The first pass reads each row through `R` (for the f32 add forms:
+/// builds `h`, stores it and sums it in one go); the second reads the row back at `again`
+/// (`x`, or that stored `h`), from L1.
 ///
 /// One row at a time, a short row's work is a chain: its sum, the reductions, its deviations
 /// (which wait on the mean), theirs, then the square root and division that end it; the
@@ -1342,21 +1350,24 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// at 256×64 against the row loop's 4.64–4.75 (same process, medians of 4001 calls).
 ///
 /// # Safety
-/// `x` covers `n` rows of `d ≥ 1` values, `d ≤ BLOCK·LANES`; `n ≤ GROUP`.
+/// Rows `r0..r0 + n` lie in `call`, of `d ≥ 1` values, `d ≤ BLOCK·LANES`; `n ≤ GROUP`;
+/// after `R` has read a row, `again` holds its values at the row's offset (`again` is `x`
+/// for a plain source, the stored `h` for an add source that stores it).
 #[inline(always)]
-pub(crate) unsafe fn group_moments<S: Simd, E: Element>(
+pub(crate) unsafe fn group_moments<S: Simd, E: Element, R: RowSource<S, E>>(
     s: S,
-    x: *const E,
-    d: usize,
+    call: &NormCall<E>,
+    r0: usize,
     n: usize,
+    again: *const E,
     k: &[f32; GROUP],
 ) -> [Moments; GROUP] {
     // SAFETY: forwarded; as `merge_short` picks the block.
     unsafe {
-        if d <= ACC * S::LANES {
-            group_moments_of::<S, E, ACC>(s, x, d, n, k)
+        if call.d <= ACC * S::LANES {
+            group_moments_of::<S, E, R, ACC>(s, call, r0, n, again, k)
         } else {
-            group_moments_of::<S, E, BLOCK>(s, x, d, n, k)
+            group_moments_of::<S, E, R, BLOCK>(s, call, r0, n, again, k)
         }
     }
 }
@@ -1366,20 +1377,25 @@ pub(crate) unsafe fn group_moments<S: Simd, E: Element>(
 /// # Safety
 /// As [`group_moments`], with `d ≤ B·LANES`.
 #[inline(always)]
-unsafe fn group_moments_of<S: Simd, E: Element, const B: usize>(
+unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usize>(
     s: S,
-    x: *const E,
-    d: usize,
+    call: &NormCall<E>,
+    r0: usize,
     n: usize,
+    again: *const E,
     k: &[f32; GROUP],
 ) -> [Moments; GROUP] {
+    let d = call.d;
     // The rows of the group are read once per pass, from L1 after the first
-    // (`n·d ≤ GROUP·BLOCK·LANES` values). (A function, not a closure: see `load_block`.)
-    // SAFETY (all blocks): row `j < n` of `x` holds `d ≤ B·LANES` values.
+    // (`n·d ≤ GROUP·BLOCK·LANES` values). (Functions, not closures: see `load_block`.)
+    // SAFETY (all blocks): rows `r0..r0 + n` hold `d ≤ B·LANES` values each, in `call`
+    // and, once read through `R`, at `again`.
     let mut v = [s.splat(0.0); GROUP];
     for (j, v) in v[..n].iter_mut().enumerate() {
-        *v = tree(s, unsafe { row_block::<S, E, B>(s, x, d, j, k[j]) });
+        let (src, _) = unsafe { R::row(s, call, (r0 + j) * d) };
+        *v = tree(s, unsafe { load_block::<S, R, B>(s, &src, 0, d, s.splat(k[j])) });
     }
+    let x = unsafe { again.add(r0 * d) };
     // The reductions of all the rows at once, and the loops over their results for all of
     // them (the rows past `n` are zero), so that the compiler may run those in vectors.
     let mut sums = [0.0; GROUP];
