@@ -821,8 +821,20 @@ impl<S: Simd> Pending<S> for Idle {
     unsafe fn run(&self, _: S, _: usize, _: usize) {}
 }
 
-/// Values of the previous row normalized at a time during the statistics sweep of the next.
-const TRAIL_SPAN: usize = 256;
+/// Values of the previous row normalized at a time during the statistics sweep of the next:
+/// the least [`Trail::upto`] runs.
+///
+/// At 128, rather than 256, the AVX2 two-pass chunks (512 values) are four spans long and
+/// split in halves as those of AVX-512 are (see `two_pass_chunk`), and rows of 256 values
+/// run the trail between their passes. Intel Xeon with AVX512-FP16, LayerNorm with `γ`,
+/// `β`, fraction of a copy of the same bytes in the same run (medians of 41 calls beyond L2,
+/// 2001 in cache; two runs): on AVX2 1024×4096 0.97 and 0.88 against 0.91 and 0.84,
+/// 4096×1024 0.87 and 0.89 against 0.85 and 0.83, 64×256 0.44 against 0.40, 16×1024 0.51
+/// against 0.49; on AVX-512 even beyond L2 (0.88 and 0.82 against 0.88 and 0.81; 0.80 and
+/// 0.81 against 0.80 and 0.80) and in cache (32×512 0.58 against 0.59, 16×1024 0.66
+/// against 0.64). The add forms' Welford chunks run the trail only between chunks, and went
+/// even.
+const TRAIL_SPAN: usize = 128;
 
 /// Runs a [`Pending`] sweep in order over a row of `d` values, as far as asked.
 struct Trail<'a, P> {
@@ -843,7 +855,7 @@ impl<'a, P> Trail<'a, P> {
     ///
     /// The statistics sweeps call it between chunks (every 512 values on AVX2, 1024 on
     /// AVX-512; 256 and 512 for `Σh²`), and LayerNorm's two-pass chunks also between their
-    /// passes and, where a chunk is at least four spans long (1024 values: AVX-512), between
+    /// passes and, where a chunk is at least four spans long (512 values: both x86 ISAs), between
     /// the halves of each pass, the trail going half as far as the passes (see
     /// `two_pass_chunk`). Called per step, its test kept the normalize
     /// constants live inside the Welford loop, which then spilled three accumulators and
