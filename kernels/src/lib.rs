@@ -64,7 +64,7 @@ pub use norm::{
     RowStats,
 };
 pub use softmax::{MaskedRows, SoftmaxOptions};
-pub use stores::{last_level_cache, Stores};
+pub use stores::{last_level_cache, level2_cache, Stores};
 
 /// Runs `f` with the kernels of [`Kernels::detected`].
 fn with_detected<T>(f: impl FnOnce(Kernels) -> Result<T, Error>) -> Result<T, Error> {

@@ -53,13 +53,23 @@ impl Stores {
 /// The size in bytes of the largest data or unified cache the CPU describes, read once.
 pub fn last_level_cache() -> Option<usize> {
     static SIZE: OnceLock<Option<usize>> = OnceLock::new();
-    *SIZE.get_or_init(detect)
+    *SIZE.get_or_init(|| detect(None))
 }
 
-/// The largest data or unified cache of CPUID's deterministic cache parameters: leaf 4
-/// (Intel), else leaf `0x8000_001D` (AMD, whose leaf 4 is reserved and reads as zeros).
+/// The size in bytes of the largest data or unified cache of level 2 the CPU describes (each
+/// core's own on current x86), read once. Plain LayerNorm calls with long rows on AVX-512
+/// fetch their output ahead for ownership when their working set is several times this size
+/// (see the `norm` module); a hint, which changes no value.
+pub fn level2_cache() -> Option<usize> {
+    static SIZE: OnceLock<Option<usize>> = OnceLock::new();
+    *SIZE.get_or_init(|| detect(Some(2)))
+}
+
+/// The largest data or unified cache of CPUID's deterministic cache parameters, of `level`
+/// if given: leaf 4 (Intel), else leaf `0x8000_001D` (AMD, whose leaf 4 is reserved and
+/// reads as zeros).
 #[cfg(target_arch = "x86_64")]
-fn detect() -> Option<usize> {
+fn detect(level: Option<u32>) -> Option<usize> {
     use std::arch::x86_64::__cpuid_count;
     // CPUID is safe on x86-64; the intrinsics became safe functions after this crate's
     // minimum Rust version, hence the `unsafe` that newer compilers find unnecessary.
@@ -71,6 +81,8 @@ fn detect() -> Option<usize> {
             // EAX[4:0]: 0 ends the list; 1 data, 2 instruction, 3 unified.
             .take_while(|r| r.eax & 0x1f != 0)
             .filter(|r| r.eax & 0x1f != 2)
+            // EAX[7:5]: the level.
+            .filter(|r| level.is_none_or(|level| (r.eax >> 5) & 7 == level))
             .map(|r| {
                 let ways = (r.ebx >> 22) as usize + 1;
                 let partitions = ((r.ebx >> 12) & 0x3ff) as usize + 1;
@@ -88,6 +100,6 @@ fn detect() -> Option<usize> {
 /// No cache description is read on other architectures: [`Stores::Auto`] stores ordinarily
 /// there, which is all their paths do anyway.
 #[cfg(not(target_arch = "x86_64"))]
-fn detect() -> Option<usize> {
+fn detect(_level: Option<u32>) -> Option<usize> {
     None
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use kernels::{available_isas, best_isa, last_level_cache, Error, Isa, Kernels, Stores};
+use kernels::{available_isas, best_isa, last_level_cache, level2_cache, Error, Isa, Kernels, Stores};
 
 /// Paths that are silently never dispatched hide bugs: every ISA the CPU has (read from
 /// `/proc/cpuinfo`, not from the crate's detection) must be available, hence exercised by the
@@ -112,26 +112,32 @@ fn the_choice_follows_the_setting_and_the_cache() {
     }
 }
 
-/// On Linux the kernel's own description of the caches is at hand: CPUID must agree with it.
+/// On Linux the kernel's own description of the caches is at hand: CPUID must agree with it,
+/// on the largest cache and on the largest of level 2.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[test]
 fn cpuid_agrees_with_sysfs() {
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache") else {
-        return;
+    let largest = |level: Option<u32>| {
+        let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+        dir.flatten()
+            .filter_map(|e| {
+                let read = |name: &str| std::fs::read_to_string(e.path().join(name)).ok();
+                if read("type")?.trim() == "Instruction" {
+                    return None;
+                }
+                if level.is_some_and(|level| read("level").and_then(|l| l.trim().parse().ok()) != Some(level)) {
+                    return None;
+                }
+                let size = read("size")?;
+                let kib: usize = size.trim().strip_suffix('K')?.parse().ok()?;
+                Some(kib << 10)
+            })
+            .max()
     };
-    let largest = dir
-        .flatten()
-        .filter_map(|e| {
-            let read = |name: &str| std::fs::read_to_string(e.path().join(name)).ok();
-            if read("type")?.trim() == "Instruction" {
-                return None;
-            }
-            let size = read("size")?;
-            let kib: usize = size.trim().strip_suffix('K')?.parse().ok()?;
-            Some(kib << 10)
-        })
-        .max();
-    if let Some(sysfs) = largest {
+    if let Some(sysfs) = largest(None) {
         assert_eq!(last_level_cache(), Some(sysfs));
+    }
+    if let Some(sysfs) = largest(Some(2)) {
+        assert_eq!(level2_cache(), Some(sysfs));
     }
 }

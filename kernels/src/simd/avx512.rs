@@ -225,6 +225,13 @@ impl Simd for Avx512 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
     #[inline(always)]
+    fn prefetch_write(self, p: *const f32) {
+        // SAFETY: PREFETCHW never faults and changes no register, flag or memory; every CPU
+        // with AVX-512 has it (PRFCHW). (The intrinsic `_MM_HINT_ET0` would compile to a
+        // read prefetch without the `prfchw` target feature, which Rust does not name.)
+        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) }
+    }
+    #[inline(always)]
     fn reduce_add_f64(self, a: __m512) -> f64 {
         // SAFETY: see the impl (AVX-512 implies AVX).
         unsafe {

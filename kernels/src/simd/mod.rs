@@ -197,6 +197,13 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn prefetch(self, p: *const f32) {
         let _ = p;
     }
+    /// Hints that the cache line holding `p` will be written soon: fetched for ownership
+    /// now, so that the store to it does not wait for the line. Never faults. The default
+    /// does nothing.
+    #[inline(always)]
+    fn prefetch_write(self, p: *const f32) {
+        let _ = p;
+    }
 
     /// Stores `LANES` floats with a streaming (non-temporal) store where the ISA has one: the
     /// line goes to memory without being read first or kept in cache. The default stores
