@@ -11,15 +11,17 @@
 //! ```text
 //! z = h − K                          (exact when h and K are within a factor 2 of each other)
 //! mean_c = Σ z / n                   first pass: four vector accumulators, lanes summed in f64
-//! M_c = Σ (z − m)² − n·(mean_c − m)²       second pass, centred on m = f32(mean_c), from L1
+//! M_c = Σ (h − c)² − n·(K + mean_c − c)²   second pass, centred on c = f32(K + f32(mean_c)), from L1
 //! ```
 //!
 //! and each chunk is merged into the row's f64 moments with Chan's pairwise formula. The last
 //! `< ACC·LANES` values of the row, too few for a step, are held in registers and reduced
 //! two-pass the same way; so is a whole row of at most `2·ACC` vectors (64 values on AVX2, 128
-//! on AVX-512). `E[x²] − E[x]²` is never formed: the second pass sums squared deviations from a
-//! centre within rounding of the chunk's mean, and the correction `n·(mean_c − m)²` is of the
-//! second order in the rounding unit. Finally, in f64, `μ = K + mean`, `σ² = M2/d`,
+//! on AVX-512), centred on `m = f32(mean_c)` as `z − m`. `E[x²] − E[x]²` is never formed: the
+//! second pass sums squared deviations from a centre within rounding of the chunk's mean, and
+//! the correction `n·(K + mean_c − c)²` is of the second order in the rounding unit (where `c`
+//! rounds by a unit of `|μ|` more than the spread, the deviations `h − c` are a few units of
+//! it, and their squares sum exactly). Finally, in f64, `μ = K + mean`, `σ² = M2/d`,
 //! `rstd = 1/√(σ² + ε)`, and the normalize sweep computes
 //!
 //! ```text
@@ -38,8 +40,8 @@
 //! (a running mean and `M2` per lane, `1/k` from a table), and the rows went that way until
 //! measured against this: the recurrence costs a broadcast, three subtractions and two
 //! FMAs a vector, on one dependency chain per accumulator; the two passes cost two additions
-//! a vector each plus one FMA, with the loads as memory operands, and their chains are
-//! independent. The row is still read once from memory (the second pass reads the chunk back
+//! a vector, then a subtraction and an FMA, with the loads as memory operands, and their chains
+//! are independent. The row is still read once from memory (the second pass reads the chunk back
 //! from L1), and the error bound below holds for both with room to spare. Measured on Zen 3
 //! (AVX2, best of 3 in alternating runs) against the Welford chunks, together with the
 //! normalize sweep's memory operand (see `Normalize`) and the early exit of short rows (see
@@ -925,7 +927,7 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
         let end = i + steps * group;
         if R::TWO_PASS {
             // SAFETY: the chunk `i..end` is within `0..d`.
-            unsafe { two_pass_chunk(s, src, i, end, steps, kv, &mut trail, &mut total) };
+            unsafe { two_pass_chunk(s, src, i, end, steps, k, kv, &mut trail, &mut total) };
         } else {
             // SAFETY: as above.
             let (m, m2) = unsafe {
@@ -986,6 +988,7 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     i: usize,
     end: usize,
     steps: usize,
+    k: f32,
     kv: S::V,
     trail: &mut Trail<'_, P>,
     total: &mut Moments,
@@ -1017,21 +1020,38 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     // SAFETY (both passes): forwarded.
     let sum = unsafe { chunk_pass(s, src, i, mid, end, Lines::Even, &Deviations(kv), trail, i + quarter) };
     let sum = tree(s, sum);
-    // The sum is of `k − h`: the chunk's mean of `h − k` is minus its mean. `mc`, the same in
-    // f32 (`1/group` is a power of two; `RECIP[steps]` exact when `steps` is one), centres the
-    // second pass; its offset from `mean` is removed below.
+    // The sum is of `k − h`: the chunk's mean of `h − k` is minus its mean. `mc` is the same
+    // in f32 (`1/group` is a power of two; `RECIP[steps]` exact when `steps` is one).
     let n = (steps * group) as f64;
     let mean = -s.reduce_add_f64(sum) / n;
     let mc = s.reduce_add(sum) * -RECIP[steps] * (1.0 / group as f32);
     // The trail between the passes: independent work while the sum above goes through its
     // reductions.
     trail.upto(s, i + len / 2);
-    let op = Squares(kv, s.splat(mc));
+    // The second pass is centred on `c = f32(k + mc)`, within rounding of the chunk's mean
+    // `k + mean`: one subtraction a vector, `c − h` (against two for `(k − h) + mc`: LayerNorm
+    // in cache, fraction of a same-run copy, two runs, Intel Xeon with AVX512-FP16, on AVX-512
+    // 16×1024 0.65–0.69 against 0.61–0.64, 8×2048 0.61–0.63 against 0.58–0.59, 64×256 0.53
+    // against 0.50, 4×4096 0.45–0.46 against 0.44; on AVX2 3–6% faster at each). The offset of
+    // `c` from the mean is removed below, in f64, where `c − k` is exact.
+    let c = k + mc;
     // SAFETY: forwarded.
-    let squares = unsafe { chunk_pass(s, src, i, mid, end, Lines::Odd, &op, trail, i + len / 2 + quarter) };
+    let squares = unsafe {
+        chunk_pass(
+            s,
+            src,
+            i,
+            mid,
+            end,
+            Lines::Odd,
+            &Centred(s.splat(c)),
+            trail,
+            i + len / 2 + quarter,
+        )
+    };
     trail.upto(s, end);
     let m2 = s.reduce_add_f64(tree(s, squares));
-    let off = mean - mc as f64;
+    let off = mean - (c as f64 - k as f64);
     total.merge(n, mean, m2 - n * off * off);
 }
 
@@ -1081,14 +1101,14 @@ impl<S: Simd> Accumulate<S> for Deviations<S::V> {
     }
 }
 
-/// `Σ(h − k − mc)²`, computed as `((k − h) + mc)²` (`k`, `mc` splat): the second pass of
-/// [`two_pass_chunk`].
-struct Squares<V>(V, V);
+/// `Σ(h − c)²`, computed as `Σ(c − h)²` (`c` splat, so that `h` is the memory operand): the
+/// second pass of [`two_pass_chunk`].
+struct Centred<V>(V);
 
-impl<S: Simd> Accumulate<S> for Squares<S::V> {
+impl<S: Simd> Accumulate<S> for Centred<S::V> {
     #[inline(always)]
     fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
-        let t = s.add(s.sub(self.0, v), self.1);
+        let t = s.sub(self.0, v);
         s.mul_add(t, t, acc)
     }
 }
