@@ -1,8 +1,8 @@
 //! LayerNorm and the fused Add & LayerNorm; the call shared with RMSNorm and its row loops.
 
 use super::{
-    check_eps, check_len, check_opt, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of,
-    prefetch_write_span, ptr_of, rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain,
+    check_eps, check_len, check_opt, for_each_vector, group_moments, is_short, load_n, moments, moments_f64,
+    mut_ptr_of, ptr_of, rstd_of, store_n, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain,
     RowSource, Source, Values, GROUP,
 };
 use crate::dispatch::Kernels;
@@ -143,10 +143,10 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
     Ok(len / d)
 }
 
-/// Plain LayerNorm calls on AVX-512 with rows of at least [`PREFETCH_Y_MIN_D`] values and a
-/// working set of at least this many times the level-2 cache fetch the lines of `y` for
-/// ownership ahead of the normalize sweep's stores (two spans of the trail ahead: see
-/// [`Normalize`]), where they store ordinarily.
+/// Plain f32 LayerNorm calls on AVX-512 with rows of at least [`PREFETCH_Y_MIN_D`] values and
+/// a working set of at least this many times the level-2 cache fetch the lines of `y` for
+/// ownership ahead of the normalize sweep's stores (with each vector stored, the line two
+/// spans of the trail ahead: see [`Normalize`]), where they store ordinarily.
 ///
 /// A two-pass chunk of AVX-512 (1024 values) reads its first pass from memory and its second
 /// from L1, and the trail normalizes a quarter of the previous row's chunk after each half
@@ -155,8 +155,11 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
 /// at 1024×4096 gather on the instruction after their stores). Fetched during the first
 /// pass, their lines are there. Intel Xeon with AVX512-FP16 (2 MiB L2), LayerNorm with `γ`,
 /// `β`, fraction of a copy of the same bytes in the same run, medians of 41 calls, four
-/// runs: 1024×4096 0.89–0.94 against 0.81–0.88, 4096×1024 0.97–0.99 against 0.80–0.93.
-/// Smaller sets lose or gain nothing (medians of 201 or 2001 calls: 256×1024, 2 MiB, 0.75
+/// runs, with the prefetches of a span in a burst after its stores: 1024×4096 0.89–0.94
+/// against 0.81–0.88, 4096×1024 0.97–0.99 against 0.80–0.93. Those bursts then waited
+/// (the samples moved to the prefetches); one prefetch after each store, three runs
+/// against the bursts: 1024×4096 0.92–0.95 against 0.83–0.85, 4096×1024 1.00–1.02 against
+/// 0.98–0.99. Smaller sets lose or gain nothing (medians of 201 or 2001 calls: 256×1024, 2 MiB, 0.75
 /// against 0.79; 16×1024 0.62 against 0.64; 512×1024, 4 MiB, even; 1024×1024, 8 MiB, 0.99
 /// against 0.95). AVX2 lost at every distance tried (one, two, four and eight spans ahead:
 /// 0.73–0.89 against 0.80–0.94), and so did the add forms, whose Welford chunks run the trail
@@ -227,7 +230,8 @@ impl Kernels {
         // cache (see `by_blocks`; `h` then always has a place: the output, `y` or `x`).
         let blocks = E::IS_F32 && a.add.is_some() && a.d <= BLOCKS_MAX_D && llc.is_none_or(|llc| bytes < llc);
         let groups = bytes <= GROUPS_MAX_BYTES;
-        let prefetch_y = a.kind == NormKind::Layer
+        let prefetch_y = E::IS_F32
+            && a.kind == NormKind::Layer
             && a.add.is_none()
             && !stream
             && a.d >= PREFETCH_Y_MIN_D
@@ -947,12 +951,19 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pen
         // SAFETY: forwarded; `y` covers the row.
         unsafe {
             self.h.write_h(s, self.d, i, n);
-            write_span(s, self, self.y, self.d, i, n, self.stream);
-        }
-        if self.prefetch_y {
-            // Past the row's end, these are the lines of the next row's `y` (or none of the
-            // call's, harmlessly: a prefetch never faults).
-            prefetch_write_span(s, self.y.wrapping_add(i + 2 * n), n);
+            if self.prefetch_y {
+                // (Ordinary stores, as `write_span` makes them.) With each vector stored, the
+                // line of `y` two spans ahead is fetched for ownership: past the row's end, a
+                // line of the next row's `y`, or none of the call's, harmlessly (a prefetch
+                // never faults).
+                let ahead = self.y.wrapping_add(2 * n);
+                for_each_vector!(S::LANES, n, |j, m| {
+                    store_n(s, self.y, i + j, m, self.get(s, i + j, m));
+                    s.prefetch_write(ahead.wrapping_add(i + j).cast_const().cast());
+                });
+            } else {
+                write_span(s, self, self.y, self.d, i, n, self.stream);
+            }
         }
     }
 }

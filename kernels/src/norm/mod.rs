@@ -1761,18 +1761,6 @@ pub(crate) unsafe fn write_span<S: Simd, E: Element, O: Output<S>>(
     }
 }
 
-/// Fetches the lines of the `n` elements at `p` for ownership ([`Simd::prefetch_write`]):
-/// one prefetch per line. `p` need not point into an allocation.
-#[inline(always)]
-pub(crate) fn prefetch_write_span<S: Simd, E>(s: S, p: *mut E, n: usize) {
-    let line = 64 / std::mem::size_of::<E>();
-    let mut j = 0;
-    while j < n {
-        s.prefetch_write(p.wrapping_add(j).cast_const().cast());
-        j += line;
-    }
-}
-
 /// The two-pass f64 statistics of a row of `d ≥ 1` values `at(j)`: `None` if the row holds a
 /// NaN or ±∞. The fallback for rows whose f32 statistics overflow, and for non-finite rows.
 pub(crate) fn moments_f64(at: impl Fn(usize) -> f32, d: usize) -> Option<Moments> {
