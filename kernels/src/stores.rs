@@ -57,12 +57,30 @@ pub fn last_level_cache() -> Option<usize> {
 }
 
 /// The size in bytes of the largest data or unified cache of level 2 the CPU describes (each
-/// core's own on current x86), read once. Plain f32 LayerNorm calls with long rows on AVX-512
+/// core's own on current x86), read once. Plain f32 LayerNorm calls on AVX2 and AVX-512
 /// fetch their output ahead for ownership when their working set is several times this size
 /// (see the `norm` module); a hint, which changes no value.
 pub fn level2_cache() -> Option<usize> {
     static SIZE: OnceLock<Option<usize>> = OnceLock::new();
     *SIZE.get_or_init(|| detect(Some(2)))
+}
+
+/// Whether the CPU runs PREFETCHW ([`Simd::prefetch_write`](crate::simd::Simd::prefetch_write)):
+/// CPUID `0x8000_0001` ECX bit 8 (PRFCHW, "3DNowPrefetch"), read once.
+pub(crate) fn prefetchw() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid_count;
+            // CPUID is safe on x86-64 (see `detect`).
+            #[allow(unused_unsafe)]
+            let cpuid = |leaf: u32| unsafe { __cpuid_count(leaf, 0) };
+            cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & (1 << 8) != 0
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
 }
 
 /// The largest data or unified cache of CPUID's deterministic cache parameters, of `level`

@@ -976,17 +976,17 @@ fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
     }
 }
 
-/// Plain LayerNorm calls of long rows with a working set of at least four times the level-2
-/// cache fetch `y` for ownership ahead of their stores on AVX-512, up to two spans past the
-/// row (and past the call, for its last row). A hint, never a value: the rows of such a call
-/// (a row length of whole chunks and one with a tail, rows taking the f64 path among them)
-/// are held bit for bit against the same rows in a small call, through every form, on every
-/// ISA.
+/// Plain LayerNorm calls with a working set of at least four times the level-2 cache fetch
+/// `y` for ownership ahead of their stores on AVX2 and AVX-512, up to two spans past the row
+/// (and past the call, for its last rows). A hint, never a value: the rows of such a call
+/// (short rows, a row length of whole chunks and one with a tail, rows taking the f64 path
+/// among them) are held bit for bit against the same rows in a small call, through every
+/// form, on every ISA.
 #[test]
 fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
     let l2 = kernels::level2_cache().unwrap_or(2 << 20);
     let mut g = Normal(0x3c6e_f372_fe94_f82b);
-    for d in [1024usize, 4099] {
+    for d in [64usize, 1024, 4099] {
         // `x` and `y`: the smallest working set.
         let rows = 4 * l2 / (2 * 4 * d) + 1;
         let MixedRows { x, gamma, beta, .. } = mixed_rows(&mut g, d, rows, 5 * d + 7, 9);

@@ -143,38 +143,30 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
     Ok(len / d)
 }
 
-/// Plain f32 LayerNorm calls on AVX-512 with rows of at least [`PREFETCH_Y_MIN_D`] values and
-/// a working set of at least this many times the level-2 cache fetch the lines of `y` for
-/// ownership ahead of the normalize sweep's stores (with each vector stored, the line two
-/// spans of the trail ahead: see [`Normalize`]), where they store ordinarily.
+/// Plain f32 LayerNorm calls on AVX2 and AVX-512 whose working set is at least this many
+/// times the level-2 cache fetch the lines of `y` for ownership ahead of the normalize
+/// sweep's stores, where they store ordinarily: with each vector stored, the line two spans
+/// of the trail ahead (see [`Normalize`]). Only where the CPU has the instruction
+/// ([`prefetchw`](crate::stores::prefetchw)).
 ///
-/// A two-pass chunk of AVX-512 (1024 values) reads its first pass from memory and its second
-/// from L1, and the trail normalizes a quarter of the previous row's chunk after each half
-/// pass: the two spans after the fast second pass then store lines that are not in cache,
-/// with few reads of memory left to overlap them, and wait on them (the samples of a profile
-/// at 1024×4096 gather on the instruction after their stores). Fetched during the first
+/// A two-pass chunk reads its first pass from memory and its second from L1, and the trail
+/// normalizes a quarter of the previous row's chunk after each half pass: the spans after
+/// the fast second pass store lines that are not in cache, with few reads of memory left to
+/// overlap them, and wait on them (the samples of a profile at 1024×4096 gather on the
+/// instruction after their stores, on both ISAs). Fetched two spans ahead, during the first
 /// pass, their lines are there. Intel Xeon with AVX512-FP16 (2 MiB L2), LayerNorm with `γ`,
-/// `β`, fraction of a copy of the same bytes in the same run, medians of 41 calls, four
-/// runs, with the prefetches of a span in a burst after its stores: 1024×4096 0.89–0.94
-/// against 0.81–0.88, 4096×1024 0.97–0.99 against 0.80–0.93. Those bursts then waited
-/// (the samples moved to the prefetches); one prefetch after each store, three runs
-/// against the bursts: 1024×4096 0.92–0.95 against 0.83–0.85, 4096×1024 1.00–1.02 against
-/// 0.98–0.99. Smaller sets lose or gain nothing (medians of 201 or 2001 calls: 256×1024, 2 MiB, 0.75
-/// against 0.79; 16×1024 0.62 against 0.64; 512×1024, 4 MiB, even; 1024×1024, 8 MiB, 0.99
-/// against 0.95). AVX2 lost at every distance tried (one, two, four and eight spans ahead:
-/// 0.73–0.89 against 0.80–0.94), and so did the add forms, whose Welford chunks run the trail
-/// only between chunks (add_layer_norm 4096×1024 on AVX-512: 0.57 against 0.65 without `h`).
+/// `β`, fraction of a copy of the same bytes in the same run, medians of 41 calls, three
+/// runs: on AVX2 1024×4096 0.92–0.93 against 0.79–0.80, 4096×1024 0.97–1.00 against
+/// 0.87–0.91; on AVX-512 1024×4096 0.92–0.95 against 0.83–0.85 (prefetching that far is
+/// worth it there only one line at a time: a burst of a span's prefetches after its stores
+/// waited, at 0.89–0.94, and lost on AVX2). Rows of one chunk or less gained as much: 8192×512
+/// 0.99–1.00 against 0.95–0.96 on both ISAs, 16384×256 on AVX2 0.98 against 0.83, 32768×128
+/// 1.00 against 0.79–0.93, 65536×64 0.85–0.89 against 0.75–0.78. Smaller sets (medians of 201
+/// calls) lose: 256×1024 (2 MiB) 0.65–0.83 against 0.68–0.85, 8192×64 (4 MiB) on AVX2 0.90–0.91
+/// against 0.96–0.97; 4 MiB elsewhere even. The add forms lost (in a burst: add_layer_norm
+/// 4096×1024 on AVX-512, 0.57 against 0.65 without `h`); their Welford chunks run the trail
+/// only between chunks.
 const PREFETCH_Y_L2S: usize = 4;
-
-/// The shortest rows that prefetch `y` ([`PREFETCH_Y_L2S`]): a whole two-pass chunk of AVX-512.
-///
-/// Shorter rows have shorter spans, and two of them ahead was not far enough at 512 values a
-/// row (beyond L2 as above, three runs: 8192×512 0.91–0.97 against 0.96–0.99). Longer rows
-/// gained at every length tried: 2048×2048 0.96–0.98 against 0.79–0.89, 1366×3072
-/// 0.88–0.89 against 0.76–0.80, 2731×1536 (a chunk and a half) 0.89–0.93 against 0.90–0.92.
-/// (Rows of 64 to 256 values gained too, 0.81–0.96 against 0.74–0.94, but by less than the
-/// runs spread.)
-const PREFETCH_Y_MIN_D: usize = 1024;
 
 /// Rows shorter than this are never streamed: a row whose ends are not vector-aligned leaves
 /// a partial line at each end, written by ordinary stores, and in short rows those stall the
@@ -234,8 +226,8 @@ impl Kernels {
             && a.kind == NormKind::Layer
             && a.add.is_none()
             && !stream
-            && a.d >= PREFETCH_Y_MIN_D
-            && self.isa() == crate::Isa::Avx512
+            && matches!(self.isa(), crate::Isa::Avx2 | crate::Isa::Avx512)
+            && crate::stores::prefetchw()
             && crate::stores::level2_cache().is_some_and(|l2| bytes >= PREFETCH_Y_L2S * l2);
         let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), rows, "rows")?;

@@ -223,6 +223,12 @@ impl Simd for Avx2 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
     #[inline(always)]
+    fn prefetch_write(self, p: *const f32) {
+        // SAFETY: PREFETCHW never faults and changes no register, flag or memory; its callers
+        // run it only where CPUID lists it (`crate::stores::prefetchw`).
+        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) }
+    }
+    #[inline(always)]
     fn reduce_add_f64(self, a: __m256) -> f64 {
         // SAFETY: see the impl (AVX2 implies AVX).
         unsafe {

@@ -198,8 +198,9 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
         let _ = p;
     }
     /// Hints that the cache line holding `p` will be written soon: fetched for ownership
-    /// now, so that the store to it does not wait for the line. Never faults. The default
-    /// does nothing.
+    /// now, so that the store to it does not wait for the line. Never faults. On x86 it is
+    /// PREFETCHW, which only CPUs that list it in CPUID may run
+    /// ([`prefetchw`](crate::stores::prefetchw)). The default does nothing.
     #[inline(always)]
     fn prefetch_write(self, p: *const f32) {
         let _ = p;
