@@ -976,12 +976,12 @@ fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
     }
 }
 
-/// Plain LayerNorm calls with a working set of at least four times the level-2 cache fetch
-/// `y` for ownership ahead of their stores on AVX2 and AVX-512, up to two spans past the row
-/// (and past the call, for its last rows). A hint, never a value: the rows of such a call
-/// (short rows, a row length of whole chunks and one with a tail, rows taking the f64 path
-/// among them) are held bit for bit against the same rows in a small call, through every
-/// form, on every ISA.
+/// LayerNorm calls with a working set of at least four times the level-2 cache fetch `y` for
+/// ownership ahead of their stores on AVX2 and AVX-512, up to two spans past the row (and
+/// past the call, for its last rows). A hint, never a value: the rows of such a call (short
+/// rows, a row length of whole chunks and one with a tail, rows taking the f64 path among
+/// them) are held bit for bit against the same rows in a small call, through every form of
+/// `layer_norm` and `add_layer_norm`, on every ISA.
 #[test]
 fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
     let l2 = kernels::level2_cache().unwrap_or(2 << 20);
@@ -989,9 +989,30 @@ fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
     for d in [64usize, 1024, 4099] {
         // `x` and `y`: the smallest working set.
         let rows = 4 * l2 / (2 * 4 * d) + 1;
-        let MixedRows { x, gamma, beta, .. } = mixed_rows(&mut g, d, rows, 5 * d + 7, 9);
+        let few = 12;
+        let MixedRows {
+            x,
+            r,
+            gamma,
+            beta,
+            bias,
+        } = mixed_rows(&mut g, d, rows, 5 * d + 7, 9);
+        let add = AddCase {
+            x: x.clone(),
+            r,
+            bias: Some(bias),
+            alpha: 1.25,
+            d,
+            gamma: Some(gamma.clone()),
+            beta: Some(beta.clone()),
+            eps: 1e-5,
+            mode: 0,
+        };
         for k in all_kernels() {
-            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, 12);
+            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, few);
+            for mode in 0..4 {
+                assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few);
+            }
         }
     }
 }

@@ -143,10 +143,11 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
     Ok(len / d)
 }
 
-/// Plain f32 LayerNorm calls on AVX2 and AVX-512 whose working set is at least this many
-/// times the level-2 cache fetch the lines of `y` for ownership ahead of the normalize
-/// sweep's stores, where they store ordinarily: with each vector stored, the line two spans
-/// of the trail ahead (see [`Normalize`]). Only where the CPU has the instruction
+/// f32 LayerNorm calls on AVX2 and AVX-512 whose working set is at least this many times the
+/// level-2 cache fetch the lines of `y` for ownership ahead of the normalize sweep's stores,
+/// where they store ordinarily: with each vector stored, the line two spans of the trail
+/// ahead (see [`Normalize`]). Plain calls, and the add forms where `y` does not hold `h`
+/// between the sweeps; only where the CPU has the instruction
 /// ([`prefetchw`](crate::stores::prefetchw)).
 ///
 /// A two-pass chunk reads its first pass from memory and its second from L1, and the trail
@@ -163,9 +164,11 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
 /// 0.99–1.00 against 0.95–0.96 on both ISAs, 16384×256 on AVX2 0.98 against 0.83, 32768×128
 /// 1.00 against 0.79–0.93, 65536×64 0.85–0.89 against 0.75–0.78. Smaller sets (medians of 201
 /// calls) lose: 256×1024 (2 MiB) 0.65–0.83 against 0.68–0.85, 8192×64 (4 MiB) on AVX2 0.90–0.91
-/// against 0.96–0.97; 4 MiB elsewhere even. The add forms lost (in a burst: add_layer_norm
-/// 4096×1024 on AVX-512, 0.57 against 0.65 without `h`); their Welford chunks run the trail
-/// only between chunks.
+/// against 0.96–0.97; 4 MiB elsewhere even. add_layer_norm with the `h` output gained too
+/// (fraction of the copy of `x` into `y`, two runs, both ISAs: 1024×4096 0.41–0.46 against
+/// 0.39–0.44, 4096×1024 0.42–0.45 against 0.38–0.44, 16384×256 0.46–0.47 against 0.41–0.47,
+/// 65536×64 0.29–0.32 against 0.27–0.30); without it, `y` holds `h` between the sweeps, its
+/// lines already owned, and the prefetches went from 3% slower to 7% faster.
 const PREFETCH_Y_L2S: usize = 4;
 
 /// Rows shorter than this are never streamed: a row whose ends are not vector-aligned leaves
@@ -222,13 +225,6 @@ impl Kernels {
         // cache (see `by_blocks`; `h` then always has a place: the output, `y` or `x`).
         let blocks = E::IS_F32 && a.add.is_some() && a.d <= BLOCKS_MAX_D && llc.is_none_or(|llc| bytes < llc);
         let groups = bytes <= GROUPS_MAX_BYTES;
-        let prefetch_y = E::IS_F32
-            && a.kind == NormKind::Layer
-            && a.add.is_none()
-            && !stream
-            && matches!(self.isa(), crate::Isa::Avx2 | crate::Isa::Avx512)
-            && crate::stores::prefetchw()
-            && crate::stores::level2_cache().is_some_and(|l2| bytes >= PREFETCH_Y_L2S * l2);
         let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), rows, "rows")?;
         check_opt("rstd", rstd.as_deref(), rows, "rows")?;
@@ -241,6 +237,14 @@ impl Kernels {
             (true, None) if E::IS_F32 && !stream => a.y.0,
             (true, None) => std::ptr::null_mut(),
         };
+        // (Not where `y` holds `h` between the sweeps: its lines are in cache by then.)
+        let prefetch_y = E::IS_F32
+            && a.kind == NormKind::Layer
+            && h != a.y.0
+            && !stream
+            && matches!(self.isa(), crate::Isa::Avx2 | crate::Isa::Avx512)
+            && crate::stores::prefetchw()
+            && crate::stores::level2_cache().is_some_and(|l2| bytes >= PREFETCH_Y_L2S * l2);
         let call = NormCall {
             kind: a.kind,
             x,
