@@ -57,7 +57,7 @@ pub fn last_level_cache() -> Option<usize> {
 }
 
 /// The size in bytes of the largest data or unified cache of level 2 the CPU describes (each
-/// core's own on current x86), read once. Plain f32 LayerNorm calls on AVX2 and AVX-512
+/// core's own on current x86), read once. f32 LayerNorm and RMSNorm calls on AVX2 and AVX-512
 /// fetch their output ahead for ownership when their working set is several times this size
 /// (see the `norm` module); a hint, which changes no value.
 pub fn level2_cache() -> Option<usize> {

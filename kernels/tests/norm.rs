@@ -976,12 +976,12 @@ fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
     }
 }
 
-/// LayerNorm calls with a working set of at least four times the level-2 cache fetch `y` for
-/// ownership ahead of their stores on AVX2 and AVX-512, up to two spans past the row (and
-/// past the call, for its last rows). A hint, never a value: the rows of such a call (short
-/// rows, a row length of whole chunks and one with a tail, rows taking the f64 path among
-/// them) are held bit for bit against the same rows in a small call, through every form of
-/// `layer_norm` and `add_layer_norm`, on every ISA.
+/// LayerNorm and RMSNorm calls with a working set of at least four times the level-2 cache
+/// fetch `y` for ownership ahead of their stores on AVX2 and AVX-512, up to two spans past the
+/// row (and past the call, for its last rows). A hint, never a value: the rows of such a call
+/// (short rows, a row length of whole chunks and one with a tail, rows taking the f64 path
+/// among them) are held bit for bit against the same rows in a small call, through every form
+/// of `layer_norm` and `add_layer_norm`, and `rms_norm`, on every ISA.
 #[test]
 fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
     let l2 = kernels::level2_cache().unwrap_or(2 << 20);
@@ -1008,11 +1008,20 @@ fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
             eps: 1e-5,
             mode: 0,
         };
+        let rn = RmsNormOptions {
+            gain: Some(&gamma),
+            eps: 1e-5,
+        };
         for k in all_kernels() {
             assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, few);
             for mode in 0..4 {
                 assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few);
             }
+            let mut all = vec![0.0; x.len()];
+            k.rms_norm(&x, &mut all, d, &rn).unwrap();
+            let mut part = vec![0.0; few * d];
+            k.rms_norm(&x[..few * d], &mut part, d, &rn).unwrap();
+            assert!(same_bits_f32(&all[..few * d], &part), "{} rms_norm d {d}", k.isa());
         }
     }
 }

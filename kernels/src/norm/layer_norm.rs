@@ -1,9 +1,8 @@
 //! LayerNorm and the fused Add & LayerNorm; the call shared with RMSNorm and its row loops.
 
 use super::{
-    check_eps, check_len, check_opt, for_each_vector, group_moments, is_short, load_n, moments, moments_f64,
-    mut_ptr_of, ptr_of, rstd_of, store_n, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain,
-    RowSource, Source, Values, GROUP,
+    check_eps, check_len, check_opt, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of, ptr_of,
+    rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, RowSource, Source, Values, GROUP,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
@@ -143,12 +142,12 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
     Ok(len / d)
 }
 
-/// f32 LayerNorm calls on AVX2 and AVX-512 whose working set is at least this many times the
-/// level-2 cache fetch the lines of `y` for ownership ahead of the normalize sweep's stores,
-/// where they store ordinarily: with each vector stored, the line two spans of the trail
-/// ahead (see [`Normalize`]). Plain calls, and the add forms where `y` does not hold `h`
-/// between the sweeps; only where the CPU has the instruction
-/// ([`prefetchw`](crate::stores::prefetchw)).
+/// f32 LayerNorm and RMSNorm calls on AVX2 and AVX-512 whose working set is at least this
+/// many times the level-2 cache fetch the lines of `y` for ownership ahead of the normalize
+/// sweep's stores, where they store ordinarily: with each vector stored, the line two spans
+/// of the trail ahead (see `write_span`). Plain calls, and LayerNorm's add forms where `y`
+/// does not hold `h` between the sweeps (RMSNorm's add forms are unmeasured); only where the
+/// CPU has the instruction ([`prefetchw`](crate::stores::prefetchw)).
 ///
 /// A two-pass chunk reads its first pass from memory and its second from L1, and the trail
 /// normalizes a quarter of the previous row's chunk after each half pass: the spans after
@@ -168,7 +167,9 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
 /// (fraction of the copy of `x` into `y`, two runs, both ISAs: 1024×4096 0.41–0.46 against
 /// 0.39–0.44, 4096×1024 0.42–0.45 against 0.38–0.44, 16384×256 0.46–0.47 against 0.41–0.47,
 /// 65536×64 0.29–0.32 against 0.27–0.30); without it, `y` holds `h` between the sweeps, its
-/// lines already owned, and the prefetches went from 3% slower to 7% faster.
+/// lines already owned, and the prefetches went from 3% slower to 7% faster. RMSNorm with a
+/// gain (two runs, both ISAs): 1024×4096 1.00–1.01 against 0.99–1.00, 4096×1024 1.00
+/// against 0.95–0.99, 65536×64 1.00 against 0.93–0.95.
 const PREFETCH_Y_L2S: usize = 4;
 
 /// Rows shorter than this are never streamed: a row whose ends are not vector-aligned leaves
@@ -239,7 +240,7 @@ impl Kernels {
         };
         // (Not where `y` holds `h` between the sweeps: its lines are in cache by then.)
         let prefetch_y = E::IS_F32
-            && a.kind == NormKind::Layer
+            && (a.kind == NormKind::Layer || a.add.is_none())
             && h != a.y.0
             && !stream
             && matches!(self.isa(), crate::Isa::Avx2 | crate::Isa::Avx512)
@@ -947,19 +948,7 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pen
         // SAFETY: forwarded; `y` covers the row.
         unsafe {
             self.h.write_h(s, self.d, i, n);
-            if self.prefetch_y {
-                // (Ordinary stores, as `write_span` makes them.) With each vector stored, the
-                // line of `y` two spans ahead is fetched for ownership: past the row's end, a
-                // line of the next row's `y`, or none of the call's, harmlessly (a prefetch
-                // never faults).
-                let ahead = self.y.wrapping_add(2 * n);
-                for_each_vector!(S::LANES, n, |j, m| {
-                    store_n(s, self.y, i + j, m, self.get(s, i + j, m));
-                    s.prefetch_write(ahead.wrapping_add(i + j).cast_const().cast());
-                });
-            } else {
-                write_span(s, self, self.y, self.d, i, n, self.stream);
-            }
+            write_span(s, self, self.y, self.d, i, n, self.stream, self.prefetch_y)
         }
     }
 }
