@@ -619,9 +619,9 @@ const BLOCKS_MAX_D: usize = 128;
 /// operand, so that `x`, `r`, `h` and `y` of a block fit L1 together).
 const ADD_BLOCK: usize = 2048;
 
-/// The f32 add forms with short rows, where they do not go by groups, a block of rows at a time: `h = α·x + (r + b)` for the
-/// whole block (stored to `h`, which is the `h` output, `y` as scratch, or `x` in place),
-/// then the plain row loop over the block's `h`, still in L1. The values, and every operation
+/// The f32 add forms with short rows, where they do not go by groups, a block of rows at a
+/// time: `h = α·x + (r + b)` for the whole block (stored to `h`, which is the `h` output, `y`
+/// as scratch, or `x` in place), then the plain row loop over the block's `h`, still in L1. The values, and every operation
 /// on them, are those of the row loop of the add forms, so the bits are too; what changes is
 /// that a short row's statistics no longer wait behind its add (see [`BLOCKS_MAX_D`]).
 ///

@@ -11,7 +11,7 @@
 //! ```text
 //! z = h − K                          (exact when h and K are within a factor 2 of each other)
 //! mean_c = Σ z / n                   first pass: four vector accumulators, lanes summed in f64
-//! M_c = Σ (h − c)² − n·(K + mean_c − c)²   second pass, centred on c = f32(K + f32(mean_c)), from L1
+//! M_c = Σ (h − c)² − n·(K + mean_c − c)²   second pass, from L1: c = f32(K + f32(mean_c))
 //! ```
 //!
 //! and each chunk is merged into the row's f64 moments with Chan's pairwise formula. The last
@@ -857,8 +857,8 @@ impl<'a, P> Trail<'a, P> {
     ///
     /// The statistics sweeps call it between chunks (every 512 values on AVX2, 1024 on
     /// AVX-512; 256 and 512 for `Σh²`), and LayerNorm's two-pass chunks also between their
-    /// passes and, where a chunk is at least four spans long (512 values: both x86 ISAs), between
-    /// the halves of each pass, the trail going half as far as the passes (see
+    /// passes and, where a chunk is at least four spans long (512 values: both x86 ISAs),
+    /// between the halves of each pass, the trail going half as far as the passes (see
     /// `two_pass_chunk`). Called per step, its test kept the normalize
     /// constants live inside the Welford loop, which then spilled three accumulators and
     /// copied two (AVX2): per chunk, the step is 36 instructions instead of 47, and LayerNorm
@@ -927,7 +927,7 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
         let end = i + steps * group;
         if R::TWO_PASS {
             // SAFETY: the chunk `i..end` is within `0..d`.
-            unsafe { two_pass_chunk(s, src, i, end, steps, k, kv, &mut trail, &mut total) };
+            unsafe { two_pass_chunk(s, src, i, end, steps, k, &mut trail, &mut total) };
         } else {
             // SAFETY: as above.
             let (m, m2) = unsafe {
@@ -989,7 +989,6 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     end: usize,
     steps: usize,
     k: f32,
-    kv: S::V,
     trail: &mut Trail<'_, P>,
     total: &mut Moments,
 ) {
@@ -1017,8 +1016,9 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     };
     // Where the trail goes between the halves of the passes: a quarter of the chunk each.
     let quarter = (mid - i) / 2;
+    let op = Deviations(s.splat(k));
     // SAFETY (both passes): forwarded.
-    let sum = unsafe { chunk_pass(s, src, i, mid, end, Lines::Even, &Deviations(kv), trail, i + quarter) };
+    let sum = unsafe { chunk_pass(s, src, i, mid, end, Lines::Even, &op, trail, i + quarter) };
     let sum = tree(s, sum);
     // The sum is of `k − h`: the chunk's mean of `h − k` is minus its mean. `mc` is the same
     // in f32 (`1/group` is a power of two; `RECIP[steps]` exact when `steps` is one).
@@ -1035,20 +1035,9 @@ unsafe fn two_pass_chunk<S: Simd, R: Source<S>, P: Pending<S>>(
     // against 0.50, 4×4096 0.45–0.46 against 0.44; on AVX2 3–6% faster at each). The offset of
     // `c` from the mean is removed below, in f64, where `c − k` is exact.
     let c = k + mc;
+    let op = Centred(s.splat(c));
     // SAFETY: forwarded.
-    let squares = unsafe {
-        chunk_pass(
-            s,
-            src,
-            i,
-            mid,
-            end,
-            Lines::Odd,
-            &Centred(s.splat(c)),
-            trail,
-            i + len / 2 + quarter,
-        )
-    };
+    let squares = unsafe { chunk_pass(s, src, i, mid, end, Lines::Odd, &op, trail, i + len / 2 + quarter) };
     trail.upto(s, end);
     let m2 = s.reduce_add_f64(tree(s, squares));
     let off = mean - (c as f64 - k as f64);

@@ -224,9 +224,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     fn prefetch_write(self, p: *const f32) {
-        // SAFETY: PREFETCHW never faults and changes no register, flag or memory; its callers
-        // run it only where CPUID lists it (`crate::stores::prefetchw`).
-        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) }
+        super::prefetchw(p)
     }
     #[inline(always)]
     fn reduce_add_f64(self, a: __m256) -> f64 {

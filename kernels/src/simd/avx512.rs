@@ -226,11 +226,7 @@ impl Simd for Avx512 {
     }
     #[inline(always)]
     fn prefetch_write(self, p: *const f32) {
-        // SAFETY: PREFETCHW never faults and changes no register, flag or memory; its callers
-        // run it only where CPUID lists it (`crate::stores::prefetchw`). (The intrinsic
-        // `_MM_HINT_ET0` would compile to a read prefetch without the `prfchw` target feature,
-        // which Rust does not name.)
-        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) }
+        super::prefetchw(p)
     }
     #[inline(always)]
     fn reduce_add_f64(self, a: __m512) -> f64 {
