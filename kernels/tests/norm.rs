@@ -948,31 +948,31 @@ fn prefetching_rows_match_rows_in_cache_bit_for_bit() {
     for d in [1024usize, 1031] {
         // Beyond the cache with two operands (`x` and `y`: the smallest working set).
         let rows = llc / (2 * 4 * d) + 1;
-        let few = 40;
-        let MixedRows {
-            x,
-            r,
-            gamma,
-            beta,
-            bias,
-        } = mixed_rows(&mut g, d, rows, 7 * d + 3, 11);
-        let add = AddCase {
-            x: x.clone(),
-            r,
-            bias: Some(bias),
-            alpha: 0.75,
-            d,
-            gamma: Some(gamma.clone()),
-            beta: Some(beta.clone()),
-            eps: 1e-5,
-            mode: 0,
-        };
+        let m = mixed_rows(&mut g, d, rows, 7 * d + 3, 11);
         for k in all_kernels().into_iter().map(|k| k.with_cache_size(llc)) {
-            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, few);
-            for mode in 0..4 {
-                assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few);
-            }
+            assert_mixed_rows_alone(&k, &m, d, 0.75, 40);
         }
+    }
+}
+
+/// The first `few` rows of `m` (of `d` values) through every form of `layer_norm` and of
+/// `add_layer_norm` (with `m.r`, `m.bias` and the scale `alpha`), held bit for bit against the
+/// same rows in a call of their own.
+fn assert_mixed_rows_alone(k: &Kernels, m: &MixedRows, d: usize, alpha: f32, few: usize) {
+    assert_layer_norm_rows_alone(k, &m.x, d, &m.gamma, &m.beta, few);
+    let add = AddCase {
+        x: m.x.clone(),
+        r: m.r.clone(),
+        bias: Some(m.bias.clone()),
+        alpha,
+        d,
+        gamma: Some(m.gamma.clone()),
+        beta: Some(m.beta.clone()),
+        eps: 1e-5,
+        mode: 0,
+    };
+    for mode in 0..4 {
+        assert_first_rows_alone(k, &AddCase { mode, ..add.clone() }, few);
     }
 }
 
@@ -990,37 +990,17 @@ fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
         // `x` and `y`: the smallest working set.
         let rows = 4 * l2 / (2 * 4 * d) + 1;
         let few = 12;
-        let MixedRows {
-            x,
-            r,
-            gamma,
-            beta,
-            bias,
-        } = mixed_rows(&mut g, d, rows, 5 * d + 7, 9);
-        let add = AddCase {
-            x: x.clone(),
-            r,
-            bias: Some(bias),
-            alpha: 1.25,
-            d,
-            gamma: Some(gamma.clone()),
-            beta: Some(beta.clone()),
-            eps: 1e-5,
-            mode: 0,
-        };
+        let m = mixed_rows(&mut g, d, rows, 5 * d + 7, 9);
         let rn = RmsNormOptions {
-            gain: Some(&gamma),
+            gain: Some(&m.gamma),
             eps: 1e-5,
         };
         for k in all_kernels() {
-            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, few);
-            for mode in 0..4 {
-                assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few);
-            }
-            let mut all = vec![0.0; x.len()];
-            k.rms_norm(&x, &mut all, d, &rn).unwrap();
+            assert_mixed_rows_alone(&k, &m, d, 1.25, few);
+            let mut all = vec![0.0; m.x.len()];
+            k.rms_norm(&m.x, &mut all, d, &rn).unwrap();
             let mut part = vec![0.0; few * d];
-            k.rms_norm(&x[..few * d], &mut part, d, &rn).unwrap();
+            k.rms_norm(&m.x[..few * d], &mut part, d, &rn).unwrap();
             assert!(same_bits_f32(&all[..few * d], &part), "{} rms_norm d {d}", k.isa());
         }
     }
