@@ -1,8 +1,9 @@
 //! LayerNorm and the fused Add & LayerNorm; the call shared with RMSNorm and its row loops.
 
 use super::{
-    check_eps, check_len, check_opt, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of, ptr_of,
-    rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, RowSource, Source, Values, GROUP,
+    check_eps, check_len, check_opt, fits_f32, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of,
+    ptr_of, rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, RowSource, Source, Values,
+    GROUP,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
@@ -801,21 +802,23 @@ fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
 pub(crate) struct Layer<const GAMMA: bool, const BETA: bool>;
 
 impl<const GAMMA: bool, const BETA: bool> Layer<GAMMA, BETA> {
-    /// A row's `(μ, rstd)` from its moments about `k`, NaN where it takes the f64 path.
+    /// A row's normalize constants from its moments about `k`, NaN where it takes the f64
+    /// path.
     #[inline(always)]
-    fn of<E>(call: &NormCall<E>, k: f32, mo: Moments) -> (f64, f64) {
+    fn of<E>(call: &NormCall<E>, k: f32, mo: Moments) -> Affine {
+        let a = Affine::new(k as f64 + mo.mean, rstd_of(mo.m2 * (1.0 / call.d as f64), call.eps));
         if mo.fits_f32() {
-            (k as f64 + mo.mean, rstd_of(mo.m2 * (1.0 / call.d as f64), call.eps))
+            a
         } else {
-            (f64::NAN, f64::NAN)
+            Affine::NAN
         }
     }
 }
 
 impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
-    /// `(μ, rstd)`, NaN where the row needs the f64 path (a NaN or ±∞ in it, or an f32
-    /// overflow of its statistics).
-    type Stats = (f64, f64);
+    /// The normalize constants, NaN where the row needs the f64 path (a NaN or ±∞ in it, or
+    /// an f32 overflow of its statistics).
+    type Stats = Affine;
     type Sweep<S: Simd, E: Element, V: Values<S>> = Normalize<S, E, V, GAMMA, BETA>;
     const GROUPS: bool = true;
 
@@ -825,7 +828,7 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         call: &NormCall<E>,
         src: &R,
         pending: &P,
-    ) -> (f64, f64) {
+    ) -> Affine {
         // SAFETY: the row holds `d ≥ 1` values.
         unsafe {
             let k = src.first();
@@ -840,7 +843,7 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         r0: usize,
         n: usize,
         again: *const E,
-    ) -> [(f64, f64); GROUP] {
+    ) -> [Affine; GROUP] {
         let d = call.d;
         let mut k = [0.0; GROUP];
         for (j, k) in k[..n].iter_mut().enumerate() {
@@ -850,28 +853,34 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         }
         // SAFETY: forwarded.
         let mo = unsafe { group_moments::<S, E, R>(s, call, r0, n, again, &k) };
-        // `Self::of` for all the rows (those past `n` are zero), without branches: the
-        // compiler runs it in vectors (see `group_moments`).
+        // `Self::of` for all the rows (those past `n` are zero), without branches and each
+        // result in an array of its own: the compiler runs it in vectors (see
+        // `group_moments`).
         let rd = 1.0 / d as f64;
-        let mut out = [(0.0, 0.0); GROUP];
+        let (mut mean_hi, mut rstd, mut shift) = ([0.0; GROUP], [0.0; GROUP], [0.0; GROUP]);
         for j in 0..GROUP {
-            let ok = mo[j].fits_f32();
-            let mean = k[j] as f64 + mo[j].mean;
-            let rstd = rstd_of(mo[j].m2 * rd, call.eps);
-            out[j] = (if ok { mean } else { f64::NAN }, if ok { rstd } else { f64::NAN });
+            let ok = fits_f32(mo.mean[j], mo.m2[j]);
+            let a = Affine::new(k[j] as f64 + mo.mean[j], rstd_of(mo.m2[j] * rd, call.eps));
+            mean_hi[j] = if ok { a.mean_hi } else { f32::NAN };
+            rstd[j] = if ok { a.rstd } else { f32::NAN };
+            shift[j] = if ok { a.shift } else { f32::NAN };
         }
-        out
+        std::array::from_fn(|j| Affine {
+            mean_hi: mean_hi[j],
+            rstd: rstd[j],
+            shift: shift[j],
+        })
     }
 
     #[inline(always)]
     fn sweep<S: Simd, E: Element, V: Values<S>>(
         s: S,
         call: &NormCall<E>,
-        (mean, rstd): (f64, f64),
+        a: Affine,
         h: V,
         y: *mut E,
     ) -> Option<Normalize<S, E, V, GAMMA, BETA>> {
-        (!mean.is_nan()).then(|| Normalize::new(s, call, h, y, Affine::new(mean, rstd)))
+        (!a.mean_hi.is_nan()).then(|| Normalize::new(s, call, h, y, a))
     }
 
     unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
@@ -896,8 +905,8 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
     }
 
     #[inline(always)]
-    fn outputs((mean, rstd): (f64, f64)) -> (f32, f32) {
-        (mean as f32, rstd as f32)
+    fn outputs(a: Affine) -> (f32, f32) {
+        (a.mean_hi, a.rstd)
     }
 }
 

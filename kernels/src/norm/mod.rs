@@ -404,8 +404,14 @@ impl Moments {
     /// and the f32 normalize sweep cannot overflow: every `|h − μ| ≤ √M2 < 10³⁸`.
     #[inline(always)]
     pub fn fits_f32(&self) -> bool {
-        self.mean.is_finite() && self.m2 < 1e76
+        fits_f32(self.mean, self.m2)
     }
+}
+
+/// [`Moments::fits_f32`] of a row's `mean` and `m2`.
+#[inline(always)]
+pub(crate) fn fits_f32(mean: f64, m2: f64) -> bool {
+    mean.is_finite() & (m2 < 1e76)
 }
 
 /// Where the statistics sweep gets a row's values `h` from: read from `x`, or built as
@@ -1327,6 +1333,15 @@ fn block_m2(dev: f64, n: usize, (mean, mc): (f64, f32)) -> f64 {
     dev - n as f64 * off * off
 }
 
+/// The moments of the rows of a group ([`group_moments`]), row `j`'s in entry `j` of each
+/// array: those of [`Moments`] of `d` values.
+pub(crate) struct GroupMoments {
+    /// The means.
+    pub mean: [f64; GROUP],
+    /// The sums of squared deviations from the mean.
+    pub m2: [f64; GROUP],
+}
+
 /// Rows gathered at once by [`group_moments`] (as many as [`Simd::reduce_add_f64_16`] reduces).
 pub(crate) const GROUP: usize = 16;
 
@@ -1382,7 +1397,7 @@ pub(crate) unsafe fn group_moments<S: Simd, E: Element, R: RowSource<S, E>>(
     n: usize,
     again: *const E,
     k: &[f32; GROUP],
-) -> [Moments; GROUP] {
+) -> GroupMoments {
     // SAFETY: forwarded; as `merge_short` picks the block.
     unsafe {
         if call.d <= ACC * S::LANES {
@@ -1405,7 +1420,7 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
     n: usize,
     again: *const E,
     k: &[f32; GROUP],
-) -> [Moments; GROUP] {
+) -> GroupMoments {
     let d = call.d;
     // The rows of the group are read once per pass, from L1 after the first
     // (`n·d ≤ GROUP·BLOCK·LANES` values). (Functions, not closures: see `load_block`.)
@@ -1418,22 +1433,28 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
     }
     let x = unsafe { again.add(r0 * d) };
     // The reductions of all the rows at once, and the loops over their results for all of
-    // them (the rows past `n` are zero), so that the compiler may run those in vectors.
+    // them (the rows past `n` are zero), each result in an array of its own, so that the
+    // compiler runs those loops in vectors.
     let mut sums = [0.0; GROUP];
     s.reduce_add_f64_16(&v, &mut sums);
-    let centre = sums.map(|sum| block_mean(sum, d));
+    let (mut mean, mut mc) = ([0.0; GROUP], [0.0; GROUP]);
+    for j in 0..GROUP {
+        (mean[j], mc[j]) = block_mean(sums[j], d);
+    }
     for (j, v) in v[..n].iter_mut().enumerate() {
-        *v = tree_deviations(s, unsafe { row_block::<S, E, B>(s, x, d, j, k[j]) }, d, centre[j]);
+        *v = tree_deviations(
+            s,
+            unsafe { row_block::<S, E, B>(s, x, d, j, k[j]) },
+            d,
+            (mean[j], mc[j]),
+        );
     }
     s.reduce_add_f64_16(&v, &mut sums);
-    // (A loop: built by `std::array::from_fn` instead, the AVX2 rows ran at the row loop's
-    // speed, 256×64 4535–4603 ns against 4003–4030.)
-    let mut out = [Moments::default(); GROUP];
-    for (j, o) in out.iter_mut().enumerate() {
-        let (mean, m2) = (centre[j].0, block_m2(sums[j], d, centre[j]));
-        *o = Moments { n: d as f64, mean, m2 };
+    let mut m2 = [0.0; GROUP];
+    for j in 0..GROUP {
+        m2[j] = block_m2(sums[j], d, (mean[j], mc[j]));
     }
-    out
+    GroupMoments { mean, m2 }
 }
 
 /// Row `j` of the rows of `d ≤ B·LANES` values at `x`, minus `k`, in `B` vectors (zero past
@@ -1580,7 +1601,7 @@ fn reduce_sum<S: Simd>(s: S, acc: &mut [S::V; ACC]) -> f64 {
 }
 
 /// The constants of the normalize sweep `y = ((h − μ_hi)·rstd − μ_lo·rstd)·γ + β`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub(crate) struct Affine {
     /// `f32(μ)`.
     pub mean_hi: f32,
@@ -1591,6 +1612,13 @@ pub(crate) struct Affine {
 }
 
 impl Affine {
+    /// All NaN: the mark of a row that takes the f64 path.
+    pub const NAN: Affine = Affine {
+        mean_hi: f32::NAN,
+        rstd: f32::NAN,
+        shift: f32::NAN,
+    };
+
     /// The constants for `mean` and `rstd` (f64).
     #[inline(always)]
     pub fn new(mean: f64, rstd: f64) -> Affine {
