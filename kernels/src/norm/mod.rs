@@ -1294,9 +1294,13 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     let n = d - i;
     debug_assert!(B.is_power_of_two() && B >= 2 && B <= BLOCK && 0 < n && n <= B * S::LANES);
     // SAFETY: forwarded.
-    let z = unsafe { load_block::<S, R, B>(s, src, i, n, kv) };
+    let z = unsafe { load_block::<S, R, B, false>(s, src, i, n, kv) };
     let centre = block_mean(s.reduce_add_f64(tree(s, z)), n);
-    let m2 = block_m2(s.reduce_add_f64(tree_deviations(s, z, n, centre)), n, centre);
+    let m2 = block_m2(
+        s.reduce_add_f64(tree_deviations::<S, B, false>(s, z, n, centre)),
+        n,
+        centre,
+    );
     total.merge(n as f64, centre.0, m2);
 }
 
@@ -1310,14 +1314,27 @@ fn block_mean(sum: f64, n: usize) -> (f64, f32) {
 }
 
 /// The squares of the deviations `z − mc` of the `n` values of a block `z` (zero past them),
-/// summed as a tree: [`merge_block`]'s second pass, before its reduction.
+/// summed as a tree: [`merge_block`]'s second pass, before its reduction. `FULL` where
+/// `n = B·LANES`: then every weight is 1, and `z − mc` is the same as `fma(1, −mc, z)`.
 #[inline(always)]
-fn tree_deviations<S: Simd, const B: usize>(s: S, z: [S::V; B], n: usize, (_, mc): (f64, f32)) -> S::V {
+fn tree_deviations<S: Simd, const B: usize, const FULL: bool>(
+    s: S,
+    z: [S::V; B],
+    n: usize,
+    (_, mc): (f64, f32),
+) -> S::V {
+    let mut t = z;
+    if FULL {
+        let m = s.splat(mc);
+        for t in t.iter_mut() {
+            *t = s.sub(*t, m);
+        }
+        return tree_squares(s, t);
+    }
     let neg = s.splat(-mc);
     // `w` lane `l` of vector `j` is `WEIGHTS[BLOCK·MAX_LANES − n + j·LANES + l]`: 1 where
     // `j·LANES + l < n`. Offsets stay within `0..2·BLOCK·MAX_LANES`.
     let w = WEIGHTS[BLOCK * MAX_LANES - n..].as_ptr();
-    let mut t = z;
     for (j, t) in t.iter_mut().enumerate() {
         // SAFETY: `j·LANES + LANES ≤ B·LANES ≤ BLOCK·LANES` values from `w`.
         *t = s.mul_add(unsafe { s.load(w.add(j * S::LANES)) }, neg, *t);
@@ -1398,22 +1415,28 @@ pub(crate) unsafe fn group_moments<S: Simd, E: Element, R: RowSource<S, E>>(
     again: *const E,
     k: &[f32; GROUP],
 ) -> GroupMoments {
-    // SAFETY: forwarded; as `merge_short` picks the block.
+    // SAFETY: forwarded; as `merge_short` picks the block. Rows that fill their block
+    // exactly (64 values on both ISAs, 128 on AVX-512) have their own copy, without tails.
     unsafe {
-        if call.d <= ACC * S::LANES {
-            group_moments_of::<S, E, R, ACC>(s, call, r0, n, again, k)
+        let d = call.d;
+        if d == ACC * S::LANES {
+            group_moments_of::<S, E, R, ACC, true>(s, call, r0, n, again, k)
+        } else if d < ACC * S::LANES {
+            group_moments_of::<S, E, R, ACC, false>(s, call, r0, n, again, k)
+        } else if d == BLOCK * S::LANES {
+            group_moments_of::<S, E, R, BLOCK, true>(s, call, r0, n, again, k)
         } else {
-            group_moments_of::<S, E, R, BLOCK>(s, call, r0, n, again, k)
+            group_moments_of::<S, E, R, BLOCK, false>(s, call, r0, n, again, k)
         }
     }
 }
 
-/// [`group_moments`] over blocks of `B` vectors.
+/// [`group_moments`] over blocks of `B` vectors, `FULL` where `d = B·LANES`.
 ///
 /// # Safety
-/// As [`group_moments`], with `d ≤ B·LANES`.
+/// As [`group_moments`], with `d ≤ B·LANES`, equal where `FULL`.
 #[inline(always)]
-unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usize>(
+unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usize, const FULL: bool>(
     s: S,
     call: &NormCall<E>,
     r0: usize,
@@ -1429,7 +1452,7 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
     let mut v = [s.splat(0.0); GROUP];
     for (j, v) in v[..n].iter_mut().enumerate() {
         let (src, _) = unsafe { R::row(s, call, (r0 + j) * d) };
-        *v = tree(s, unsafe { load_block::<S, R, B>(s, &src, 0, d, s.splat(k[j])) });
+        *v = tree(s, unsafe { load_block::<S, R, B, FULL>(s, &src, 0, d, s.splat(k[j])) });
     }
     let x = unsafe { again.add(r0 * d) };
     // The reductions of all the rows at once, and the loops over their results for all of
@@ -1442,9 +1465,9 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
         (mean[j], mc[j]) = block_mean(sums[j], d);
     }
     for (j, v) in v[..n].iter_mut().enumerate() {
-        *v = tree_deviations(
+        *v = tree_deviations::<S, B, FULL>(
             s,
-            unsafe { row_block::<S, E, B>(s, x, d, j, k[j]) },
+            unsafe { row_block::<S, E, B, FULL>(s, x, d, j, k[j]) },
             d,
             (mean[j], mc[j]),
         );
@@ -1457,30 +1480,44 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
     GroupMoments { mean, m2 }
 }
 
-/// Row `j` of the rows of `d ≤ B·LANES` values at `x`, minus `k`, in `B` vectors (zero past
-/// the row), as [`load_block`] loads it.
+/// Row `j` of the rows of `d ≤ B·LANES` values at `x` (equal where `FULL`), minus `k`, in
+/// `B` vectors (zero past the row), as [`load_block`] loads it.
 ///
 /// # Safety
 /// Row `j` lies in `x`.
 #[inline(always)]
-unsafe fn row_block<S: Simd, E: Element, const B: usize>(s: S, x: *const E, d: usize, j: usize, k: f32) -> [S::V; B] {
+unsafe fn row_block<S: Simd, E: Element, const B: usize, const FULL: bool>(
+    s: S,
+    x: *const E,
+    d: usize,
+    j: usize,
+    k: f32,
+) -> [S::V; B] {
     let src = Plain::<E> {
         // SAFETY: by the caller's promise.
         x: unsafe { x.add(j * d) },
         ahead: [std::ptr::null(); 2],
     };
     // SAFETY: the row holds `d ≤ B·LANES` values.
-    unsafe { load_block::<S, Plain<E>, B>(s, &src, 0, d, s.splat(k)) }
+    unsafe { load_block::<S, Plain<E>, B, FULL>(s, &src, 0, d, s.splat(k)) }
 }
 
-/// The values `i..i + n` of `src` minus `kv`, in `B` vectors, zero past them.
+/// The values `i..i + n` of `src` minus `kv`, in `B` vectors, zero past them; `FULL` where
+/// `n = B·LANES` (the same values, without the tests for a tail).
 ///
 /// # Safety
-/// `src` covers `i..i + n`, `n ≤ B·LANES`.
+/// `src` covers `i..i + n`, `n ≤ B·LANES`, equal where `FULL`.
 #[inline(always)]
-unsafe fn load_block<S: Simd, R: Source<S>, const B: usize>(s: S, src: &R, i: usize, n: usize, kv: S::V) -> [S::V; B] {
+unsafe fn load_block<S: Simd, R: Source<S>, const B: usize, const FULL: bool>(
+    s: S,
+    src: &R,
+    i: usize,
+    n: usize,
+    kv: S::V,
+) -> [S::V; B] {
+    debug_assert!(!FULL || n == B * S::LANES);
     let lanes = S::LANES;
-    let (full, part) = (n / lanes, n % lanes);
+    let (full, part) = if FULL { (B, 0) } else { (n / lanes, n % lanes) };
     let zero = s.splat(0.0);
     let mut z = [zero; B];
     // (Loops, not closures: a closure carries no target features, and where LLVM declines
@@ -1557,9 +1594,9 @@ pub(crate) unsafe fn sum_squares<S: Simd, R: Source<S>, P: Pending<S>>(s: S, src
         let squares = unsafe {
             let zero = s.splat(0.0);
             if d <= group {
-                tree_squares(s, load_block::<S, R, ACC>(s, src, 0, d, zero))
+                tree_squares(s, load_block::<S, R, ACC, false>(s, src, 0, d, zero))
             } else {
-                tree_squares(s, load_block::<S, R, BLOCK>(s, src, 0, d, zero))
+                tree_squares(s, load_block::<S, R, BLOCK, false>(s, src, 0, d, zero))
             }
         };
         trail.finish(s);
