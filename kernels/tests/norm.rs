@@ -981,7 +981,8 @@ fn assert_mixed_rows_alone(k: &Kernels, m: &MixedRows, d: usize, alpha: f32, few
 /// row (and past the call, for its last rows). A hint, never a value: the rows of such a call
 /// (short rows, a row length of whole chunks and one with a tail, rows taking the f64 path
 /// among them) are held bit for bit against the same rows in a small call, through every form
-/// of `layer_norm` and `add_layer_norm`, and `rms_norm`, on every ISA.
+/// of `layer_norm` and `add_layer_norm`, `rms_norm`, and `layer_norm` in f16 and bf16, on
+/// every ISA.
 #[test]
 fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
     let l2 = kernels::level2_cache().unwrap_or(2 << 20);
@@ -1002,8 +1003,29 @@ fn rows_prefetching_y_match_rows_in_cache_bit_for_bit() {
             let mut part = vec![0.0; few * d];
             k.rms_norm(&m.x[..few * d], &mut part, d, &rn).unwrap();
             assert!(same_bits_f32(&all[..few * d], &part), "{} rms_norm d {d}", k.isa());
+            half_rows_alone::<half::f16>(&k, &m, d, few);
+            half_rows_alone::<half::bf16>(&k, &m, d, few);
         }
     }
+}
+
+/// LayerNorm in `H` of the rows of `m` twice over (narrowed: as many bytes as the f32 rows,
+/// so past the same size) and of their first `few` rows alone: the same bits on those rows.
+fn half_rows_alone<H: Half>(k: &Kernels, m: &MixedRows, d: usize, few: usize) {
+    let opts = LayerNormOptions {
+        gamma: Some(&m.gamma),
+        beta: Some(&m.beta),
+        eps: 1e-5,
+    };
+    let x: Vec<H> = narrow(&[m.x.as_slice(), m.x.as_slice()].concat());
+    let mut all = vec![<H as kernels::Element>::from_f32(0.0); x.len()];
+    k.layer_norm(&x, &mut all, d, &opts).unwrap();
+    let mut part = vec![<H as kernels::Element>::from_f32(0.0); few * d];
+    k.layer_norm(&x[..few * d], &mut part, d, &opts).unwrap();
+    // Widened exactly: equal values are equal bits (a NaN matching any NaN, as elsewhere).
+    let (all, part) = (wide(&all[..few * d]), wide(&part));
+    let name = std::any::type_name::<H>();
+    assert!(same_bits_f32(&all, &part), "{} layer_norm {name} d {d}", k.isa());
 }
 
 /// LayerNorm's short rows go by groups of rows in calls of at most 1 MiB (`x` and `y`) and
