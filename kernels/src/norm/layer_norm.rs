@@ -147,9 +147,17 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
 /// many times the level-2 cache fetch the lines of `y` for ownership ahead of the normalize
 /// sweep's stores, where they store ordinarily: with each vector stored, the line two spans
 /// of the trail ahead (see `write_span`). Plain calls, and LayerNorm's add forms where `y`
-/// does not hold `h` between the sweeps (RMSNorm's add forms are unmeasured); plain
-/// LayerNorm of the half types too (their add forms and RMSNorm are unmeasured); only where
-/// the CPU has the instruction ([`prefetchw`](crate::stores::prefetchw)).
+/// does not hold `h` between the sweeps; plain LayerNorm of the half types too (their add
+/// forms and RMSNorm are unmeasured); only where the CPU has the instruction
+/// ([`prefetchw`](crate::stores::prefetchw)).
+///
+/// Not RMSNorm's add forms: with the `h` output (the only case where `y` is not scratch for
+/// `h`) the prefetch was mixed (harness, fraction of a copy of `x` into `y`, medians of 41
+/// calls, against the same calls without it in the same runs): short rows gained, 65536×64
+/// 0.48–0.50 against 0.44–0.46 on AVX-512 and 0.48–0.49 against 0.42–0.44 on AVX2 (three
+/// runs), 16384×256 0.47–0.48 against 0.44–0.46 on AVX-512 and even on AVX2 (two runs); long
+/// rows lost a little, 4096×1024 on AVX2 0.46–0.49 against 0.48–0.49 (1–3% down in each of
+/// three runs), 1024×4096 on AVX-512 2% down, 1% down and 1.5% up.
 ///
 /// The half types, where a vector stored is half a line or less (so a line is fetched two or
 /// four times), report, fraction of the copy roofline, two runs, against the same build
