@@ -1388,9 +1388,10 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// each result has an array of its own ([`GroupMoments`], and the three arrays of
 /// `Layer::group_stats`): with the rows' [`Moments`] as structs, a `std::array::map` left as
 /// a call, and selects that shared a branch, AVX2 ran those loops in scalars, a division and
-/// a square root per row, and AVX-512 half of them (Intel Xeon, 256×64, harness, same
-/// process: the arrays took AVX-512 from 3.96–4.11 µs to 3.61, AVX2 from 3.94–4.05 to 3.72;
-/// the statistics alone, without the normalize sweeps, from 2.4–2.6 to 2.2 on both).
+/// a square root per row, and AVX-512 half of them (Intel Xeon, 256×64, harness, medians of
+/// 2001 calls, runs of the two builds alternating: the arrays took AVX-512 from 3.96–4.11 µs
+/// to 3.61, AVX2 from 3.94–4.05 to 3.72; the statistics alone, without the normalize sweeps,
+/// from 2.4–2.6 to 2.2 on both).
 ///
 /// Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with `γ`, `β`, median of 1001
 /// calls, by groups and by the row loop alternating call by call in one process): on AVX-512
@@ -1406,7 +1407,8 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 ///
 /// Rows that fill their block exactly (64 values on both ISAs, 128 on AVX-512) have a copy
 /// of the passes of their own, with no test for a tail and no weights in the deviations:
-/// 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73 on AVX2.
+/// 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73 on AVX2
+/// (the same way).
 ///
 /// What is left: a standalone model of the same passes with `d` fixed at 64 (no tails, `γ`,
 /// `β` held in registers, the rows' sums reduced sixteen at a time in f32) took 2.46 µs at
@@ -1414,8 +1416,10 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// normalize sweeps alone 1.30 µs, a copy of the same bytes 1.34). The kernel's normalize
 /// sweeps alone take 1.8–1.9 µs, and a copy of them for rows that fill their block (whole
 /// vectors, no loop over the row) ran no faster. Its statistics alone take 2.0–2.1 µs, of
-/// which the f64 lane reductions are the largest part left; reducing them in f32 changes
-/// the bits of the short rows in the row loop too, and the error bound with them.
+/// which the f64 lane reductions are the largest part left: reduced in f32 instead, sixteen
+/// rows at a time by shuffles, the calls took 3.25–3.31 µs against 3.51–3.54 on AVX-512
+/// (the statistics alone 1.86–1.88 against 2.11–2.16). That changes the bits of the short
+/// rows in the row loop too, which must follow, and the error bound with them.
 ///
 /// # Safety
 /// Rows `r0..r0 + n` lie in `call`, of `d ≥ 1` values, `d ≤ BLOCK·LANES`; `n ≤ GROUP`;
