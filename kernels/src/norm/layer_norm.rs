@@ -2,8 +2,7 @@
 
 use super::{
     check_eps, check_len, check_opt, fits_f32, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of,
-    ptr_of, rstd_of, write_span, AddResidual, Affine, Idle, Moments, Output, Pending, Plain, RowSource, Source, Values,
-    GROUP,
+    ptr_of, rstd_of, write_span, AddResidual, Affine, Idle, Output, Pending, Plain, RowSource, Source, Values, GROUP,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
@@ -825,12 +824,13 @@ fn write_stats<E>(call: &NormCall<E>, row: usize, (mean, rstd): (f32, f32)) {
 pub(crate) struct Layer<const GAMMA: bool, const BETA: bool>;
 
 impl<const GAMMA: bool, const BETA: bool> Layer<GAMMA, BETA> {
-    /// A row's normalize constants from its moments about `k`, NaN where it takes the f64
-    /// path.
+    /// A row's normalize constants from the `mean` (about `k`) and `m2` of its moments, NaN
+    /// where it takes the f64 path. Without branches, so that the groups' loop over it runs
+    /// in vectors (see `group_stats`).
     #[inline(always)]
-    fn of<E>(call: &NormCall<E>, k: f32, mo: Moments) -> Affine {
-        let a = Affine::new(k as f64 + mo.mean, rstd_of(mo.m2 * (1.0 / call.d as f64), call.eps));
-        if mo.fits_f32() {
+    fn of<E>(call: &NormCall<E>, k: f32, mean: f64, m2: f64) -> Affine {
+        let a = Affine::new(k as f64 + mean, rstd_of(m2 * (1.0 / call.d as f64), call.eps));
+        if fits_f32(mean, m2) {
             a
         } else {
             Affine::NAN
@@ -855,7 +855,8 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         // SAFETY: the row holds `d ≥ 1` values.
         unsafe {
             let k = src.first();
-            Self::of(call, k, moments(s, src, call.d, k, pending))
+            let mo = moments(s, src, call.d, k, pending);
+            Self::of(call, k, mo.mean, mo.m2)
         }
     }
 
@@ -879,14 +880,10 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         // `Self::of` for all the rows (those past `n` are zero), without branches and each
         // result in an array of its own: the compiler runs it in vectors (see
         // `group_moments`).
-        let rd = 1.0 / d as f64;
         let (mut mean_hi, mut rstd, mut shift) = ([0.0; GROUP], [0.0; GROUP], [0.0; GROUP]);
         for j in 0..GROUP {
-            let ok = fits_f32(mo.mean[j], mo.m2[j]);
-            let a = Affine::new(k[j] as f64 + mo.mean[j], rstd_of(mo.m2[j] * rd, call.eps));
-            mean_hi[j] = if ok { a.mean_hi } else { f32::NAN };
-            rstd[j] = if ok { a.rstd } else { f32::NAN };
-            shift[j] = if ok { a.shift } else { f32::NAN };
+            let a = Self::of(call, k[j], mo.mean[j], mo.m2[j]);
+            (mean_hi[j], rstd[j], shift[j]) = (a.mean_hi, a.rstd, a.shift);
         }
         std::array::from_fn(|j| Affine {
             mean_hi: mean_hi[j],
