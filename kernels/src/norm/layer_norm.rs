@@ -644,9 +644,10 @@ const ADD_BLOCK: usize = 2048;
 
 /// The f32 add forms with short rows, where they do not go by groups, a block of rows at a
 /// time: `h = α·x + (r + b)` for the whole block (stored to `h`, which is the `h` output, `y`
-/// as scratch, or `x` in place), then the plain row loop over the block's `h`, still in L1. The values, and every operation
-/// on them, are those of the row loop of the add forms, so the bits are too; what changes is
-/// that a short row's statistics no longer wait behind its add (see [`BLOCKS_MAX_D`]).
+/// as scratch, or `x` in place), then the plain row loop over the block's `h`, still in L1.
+/// The values, and every operation on them, are those of the row loop of the add forms, so
+/// the bits are too; what changes is that a short row's statistics no longer wait behind
+/// its add (see [`BLOCKS_MAX_D`]).
 ///
 /// # Safety
 /// As [`norm_rows`], with `call.blocks`: f32, `h` not null, `y` equal to `h` or distinct.
