@@ -17,7 +17,8 @@
 //! and each chunk is merged into the row's f64 moments with Chan's pairwise formula. The last
 //! `< ACC·LANES` values of the row, too few for a step, are held in registers and reduced
 //! two-pass the same way; so is a whole row of at most `2·ACC` vectors (64 values on AVX2, 128
-//! on AVX-512), centred on `m = f32(mean_c)` as `z − m`. `E[x²] − E[x]²` is never formed: the
+//! on AVX-512), centred on `m = f32(mean_c)` as `z − m`, its lanes summed in f32 before the
+//! f64 merge. `E[x²] − E[x]²` is never formed: the
 //! second pass sums squared deviations from a centre within rounding of the chunk's mean, and
 //! the correction `n·(K + mean_c − c)²` is of the second order in the rounding unit (where `c`
 //! rounds by a unit of `|μ|` more than the spread, the deviations `h − c` are a few units of
@@ -241,10 +242,12 @@
 //! costs nothing at first order: `Σ(z − m)² = M2 + n·(mean − m)²` exactly, and the correction
 //! uses the computed mean, off by `O(uZ)`, in a term that is itself `O(u²)`. So the rows meet
 //! `E_v` with `9R² + 23RZ` of room. A block reduced two-pass (a short row, or a row's last
-//! values) stays within the same terms: its mean carries the shift and at most four roundings
-//! per value in its tree (`≤ 4uZ`); its `M2` carries one rounding per deviation (`2u` on its
-//! square), at most four per square in its sum, and the centring offset to second order
-//! (`≤ 6u·σ²`).
+//! values) stays within the same terms. Its sums go as one tree in f32, over its vectors (at
+//! most three levels) and then its lanes (at most four levels, on AVX-512), before they are
+//! widened: its mean carries the shift and at most seven roundings per value (`≤ 8uZ`); its
+//! `M2` carries one rounding per deviation (`2u` on its square), at most eight per square in
+//! its sum (the product, the FMA, two levels of vectors, four of lanes), and the centring
+//! offset to second order (`≤ 10u·σ²`).
 //!
 //! The bound's `9R² + 27RZ` are for the Welford chunks (the add forms' rows, per lane, and
 //! BatchNorm's short channels, per position down the rows): there a rounding in the update
@@ -1272,7 +1275,10 @@ fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, t
 
 /// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most `B ≤` [`BLOCK`]
 /// vectors) into `total`, two-pass from registers: their sum, then the squares of their
-/// deviations from `mc`, an f32 mean, as in [`moments`].
+/// deviations from `mc`, an f32 mean, as in [`moments`]. Both sums are reduced across the
+/// lanes in f32 ([`Simd::reduce_add`]), then widened: [`group_moments`] reduces sixteen
+/// rows at a time the same way, which in f64 cost more than its other reductions together
+/// (see there).
 ///
 /// Only the loads depend on `n = d − i`: the vectors past the end are zero, the sums run as
 /// trees over all `B` of them, and the deviations are `z − mc·w` with `w` 1 on the
@@ -1295,16 +1301,17 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     debug_assert!(B.is_power_of_two() && B >= 2 && B <= BLOCK && 0 < n && n <= B * S::LANES);
     // SAFETY: forwarded.
     let z = unsafe { load_block::<S, R, B, false>(s, src, i, n, kv) };
-    let centre = block_mean(s.reduce_add_f64(tree(s, z)), n);
+    // The lanes reduced in f32, then widened, as `group_moments` does for sixteen rows.
+    let centre = block_mean(s.reduce_add(tree(s, z)) as f64, n);
     let m2 = block_m2(
-        s.reduce_add_f64(tree_deviations::<S, B, false>(s, z, n, centre)),
+        s.reduce_add(tree_deviations::<S, B, false>(s, z, n, centre)) as f64,
         n,
         centre,
     );
     total.merge(n as f64, centre.0, m2);
 }
 
-/// The mean of a block of `n ≤ BLOCK·MAX_LANES` values from the f64 sum of its lanes, and
+/// The mean of a block of `n ≤ BLOCK·MAX_LANES` values from the sum of its lanes, and
 /// `mc`, the same rounded to f32: [`merge_block`]'s first pass.
 #[inline(always)]
 fn block_mean(sum: f64, n: usize) -> (f64, f32) {
@@ -1359,7 +1366,7 @@ pub(crate) struct GroupMoments {
     pub m2: [f64; GROUP],
 }
 
-/// Rows gathered at once by [`group_moments`] (as many as [`Simd::reduce_add_f64_16`] reduces).
+/// Rows gathered at once by [`group_moments`] (as many as [`Simd::reduce_add_16`] reduces).
 pub(crate) const GROUP: usize = 16;
 
 /// Whether rows of `d` values are short: held in registers by [`merge_block`], and gathered
@@ -1381,8 +1388,9 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// (which wait on the mean), theirs, then the square root and division that end it; the
 /// rows that follow fill the out-of-order window behind it. By passes, each pass is as many
 /// independent chains as rows. The reductions of a pass run together
-/// ([`Simd::reduce_add_f64_16`]: on AVX-512 eight rows per f64 vector, about five
-/// instructions a row against nine, and no scalar results to gather), and what follows them
+/// ([`Simd::reduce_add_16`]: on AVX-512 the sixteen rows' lanes transposed into one vector
+/// level by level, 47 instructions for the sixteen, and no scalar results to gather), and
+/// what follows them
 /// runs as loops over all the rows' results, which the compiler vectorizes: LayerNorm's
 /// square roots and divisions then go eight rows to an instruction. It does so only where
 /// each result has an array of its own ([`GroupMoments`], and the three arrays of
@@ -1410,16 +1418,23 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73 on AVX2
 /// (the same way).
 ///
+/// The lanes are reduced in f32, then widened (they were widened first, and reduced in f64:
+/// the largest part of the statistics left then). [`merge_block`] reduces a row's the same
+/// way, so the row loop keeps the same bits, and the error bound holds with the extra
+/// roundings (module docs). Harness, medians of 2001 calls, runs of the two builds
+/// alternating, two each, against f64: on AVX-512 3.27–3.32 µs against 3.46 at 256×64,
+/// 5.83–5.84 against 6.34–6.43 at 512×32, 12.25–12.29 against 13.15–13.36 at 1024×48,
+/// 2.64–2.65 against 2.69–2.70 at 128×128; on AVX2 3.52–3.53 against 3.58 at 256×64,
+/// 4.72–4.75 against 4.87–4.91 at 512×32, even at 1024×48. The row loop's short rows
+/// (8192×64, 4 MiB) went from 0.76–0.78 of a copy to 0.81–0.82 (AVX-512) and from
+/// 0.93–0.95 to 0.97–0.98 (AVX2); rows with a tail (16×1000, 64×200) even.
+///
 /// What is left: a standalone model of the same passes with `d` fixed at 64 (no tails, `γ`,
 /// `β` held in registers, the rows' sums reduced sixteen at a time in f32) took 2.46 µs at
 /// 256×64 against 3.8 for the kernel of the time (same process, medians of 4001 calls; its
 /// normalize sweeps alone 1.30 µs, a copy of the same bytes 1.34). The kernel's normalize
 /// sweeps alone take 1.8–1.9 µs, and a copy of them for rows that fill their block (whole
-/// vectors, no loop over the row) ran no faster. Its statistics alone take 2.0–2.1 µs, of
-/// which the f64 lane reductions are the largest part left: reduced in f32 instead, sixteen
-/// rows at a time by shuffles, the calls took 3.25–3.31 µs against 3.51–3.54 on AVX-512
-/// (the statistics alone 1.86–1.88 against 2.11–2.16). That changes the bits of the short
-/// rows in the row loop too, which must follow, and the error bound with them.
+/// vectors, no loop over the row) ran no faster.
 ///
 /// # Safety
 /// Rows `r0..r0 + n` lie in `call`, of `d ≥ 1` values, `d ≤ BLOCK·LANES`; `n ≤ GROUP`;
@@ -1478,10 +1493,10 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
     // them (the rows past `n` are zero), each result in an array of its own, so that the
     // compiler runs those loops in vectors.
     let mut sums = [0.0; GROUP];
-    s.reduce_add_f64_16(&v, &mut sums);
+    s.reduce_add_16(&v, &mut sums);
     let (mut mean, mut mc) = ([0.0; GROUP], [0.0; GROUP]);
     for j in 0..GROUP {
-        (mean[j], mc[j]) = block_mean(sums[j], d);
+        (mean[j], mc[j]) = block_mean(sums[j] as f64, d);
     }
     for (j, v) in v[..n].iter_mut().enumerate() {
         *v = tree_deviations::<S, B, FULL>(
@@ -1491,10 +1506,10 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
             (mean[j], mc[j]),
         );
     }
-    s.reduce_add_f64_16(&v, &mut sums);
+    s.reduce_add_16(&v, &mut sums);
     let mut m2 = [0.0; GROUP];
     for j in 0..GROUP {
-        m2[j] = block_m2(sums[j], d, (mean[j], mc[j]));
+        m2[j] = block_m2(sums[j] as f64, d, (mean[j], mc[j]));
     }
     GroupMoments { mean, m2 }
 }

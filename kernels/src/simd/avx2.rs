@@ -213,6 +213,39 @@ impl Simd for Avx2 {
         unsafe { reduce_add_128(_mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a))) }
     }
     #[inline(always)]
+    fn reduce_add_16(self, v: &[__m256; 16], out: &mut [f32; 16]) {
+        // SAFETY: see the impl; the stores write the 16 floats of `out`.
+        unsafe {
+            // As `reduce_add`, level by level, the lanes of two vectors to each result: lanes
+            // `l` and `l + 4` (128-bit halves), `l + 2`, `l + 1`.
+            // `t[p]`: the halves of vectors `2p` (low half) and `2p + 1` (high half).
+            // (Loops, not `array::from_fn`: an outlined closure loses the target features.)
+            let mut t = [_mm256_setzero_ps(); 8];
+            for (p, t) in t.iter_mut().enumerate() {
+                let (a, b) = (v[2 * p], v[2 * p + 1]);
+                *t = _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                );
+            }
+            // `u[q]`: the two partial sums of vectors `4q`, `4q + 2` in the low half, of
+            // `4q + 1`, `4q + 3` in the high half.
+            let mut u = [_mm256_setzero_ps(); 4];
+            for (q, u) in u.iter_mut().enumerate() {
+                let (a, b) = (t[2 * q], t[2 * q + 1]);
+                *u = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xee>(a, b));
+            }
+            // Lane `c` of `z[r]` holds the sum of vector `8r + 2c` (`c < 4`), lane `4 + c`
+            // that of `8r + 2c + 1`: put back in order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for r in 0..2 {
+                let (a, b) = (u[2 * r], u[2 * r + 1]);
+                let z = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a, b), _mm256_shuffle_ps::<0xdd>(a, b));
+                _mm256_storeu_ps(out.as_mut_ptr().add(8 * r), _mm256_permutevar8x32_ps(z, order));
+            }
+        }
+    }
+    #[inline(always)]
     fn reduce_max(self, a: __m256) -> f32 {
         // SAFETY: see the impl.
         unsafe { reduce_max_128(_mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a))) }

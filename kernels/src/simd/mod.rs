@@ -192,14 +192,17 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// Sum of the lanes in f64: each lane converted exactly, then added as a tree, so the only
     /// rounding is f64's (a relative error ≤ log₂ LANES · 2⁻⁵³). Statistics reductions use it.
     fn reduce_add_f64(self, a: Self::V) -> f64;
-    /// [`reduce_add_f64`](Simd::reduce_add_f64) of each of 16 vectors, bit for bit (the
-    /// same tree of the same additions for every vector): `out[r]` is the sum of `v[r]`. By
-    /// default one vector at a time; AVX-512 reduces eight vectors at once in each f64
-    /// vector (the tree's levels with the vectors transposed) and stores the sums whole.
+    /// [`reduce_add`](Simd::reduce_add) of each of 16 vectors, bit for bit (the same tree of
+    /// the same additions for every vector): `out[r]` is the sum of `v[r]`. By default one
+    /// vector at a time; the vector ISAs run the tree's levels with the vectors transposed,
+    /// several vectors' lanes to each instruction, and store the sums whole. (LayerNorm's
+    /// short rows reduce sixteen rows with it and one row with `reduce_add`, so the test
+    /// `short_rows_by_groups_match_the_row_loop_bit_for_bit` holds it to that on every ISA:
+    /// it fails when a level adds its lanes in another order.)
     #[inline(always)]
-    fn reduce_add_f64_16(self, v: &[Self::V; 16], out: &mut [f64; 16]) {
+    fn reduce_add_16(self, v: &[Self::V; 16], out: &mut [f32; 16]) {
         for (o, v) in out.iter_mut().zip(v) {
-            *o = self.reduce_add_f64(*v);
+            *o = self.reduce_add(*v);
         }
     }
     /// Hints that the cache line holding `p` will be read soon. Never faults, so `p` need not

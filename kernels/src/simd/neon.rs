@@ -164,6 +164,22 @@ impl Simd for Neon {
         }
     }
     #[inline(always)]
+    fn reduce_add_16(self, v: &[float32x4_t; 16], out: &mut [f32; 16]) {
+        // SAFETY: see the impl; the stores write the 16 floats of `out`.
+        unsafe {
+            // As `reduce_add`, pairwise: lanes `0 + 1`, `2 + 3` of two vectors at once, then
+            // the pairs of four vectors, whose sums come out in order.
+            // (A loop, not `array::from_fn`: an outlined closure loses the target features.)
+            let mut t = [vdupq_n_f32(0.0); 8];
+            for (p, t) in t.iter_mut().enumerate() {
+                *t = vpaddq_f32(v[2 * p], v[2 * p + 1]);
+            }
+            for q in 0..4 {
+                vst1q_f32(out.as_mut_ptr().add(4 * q), vpaddq_f32(t[2 * q], t[2 * q + 1]));
+            }
+        }
+    }
+    #[inline(always)]
     fn reduce_max(self, a: float32x4_t) -> f32 {
         // SAFETY: see the impl.
         unsafe { vmaxvq_f32(a) }
