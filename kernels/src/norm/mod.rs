@@ -17,8 +17,8 @@
 //! and each chunk is merged into the row's f64 moments with Chan's pairwise formula. The last
 //! `< ACC·LANES` values of the row, too few for a step, are held in registers and reduced
 //! two-pass the same way; so is a whole row of at most `2·ACC` vectors (64 values on AVX2, 128
-//! on AVX-512), centred on `m = f32(mean_c)` as `z − m`, its lanes summed in f32 before the
-//! f64 merge. `E[x²] − E[x]²` is never formed: the
+//! on AVX-512; for plain LayerNorm up to `4·ACC`, see `is_short`), centred on
+//! `m = f32(mean_c)` as `z − m`, its lanes summed in f32 before the f64 merge. `E[x²] − E[x]²` is never formed: the
 //! second pass sums squared deviations from a centre within rounding of the chunk's mean, and
 //! the correction `n·(K + mean_c − c)²` is of the second order in the rounding unit (where `c`
 //! rounds by a unit of `|μ|` more than the spread, the deviations `h − c` are a few units of
@@ -243,11 +243,11 @@
 //! uses the computed mean, off by `O(uZ)`, in a term that is itself `O(u²)`. So the rows meet
 //! `E_v` with `9R² + 23RZ` of room. A block reduced two-pass (a short row, or a row's last
 //! values) stays within the same terms. Its sums go as one tree in f32, over its vectors (at
-//! most three levels) and then its lanes (at most four levels, on AVX-512), before they are
-//! widened: its mean carries the shift and at most seven roundings per value (`≤ 8uZ`); its
-//! `M2` carries one rounding per deviation (`2u` on its square), at most eight per square in
-//! its sum (the product, the FMA, two levels of vectors, four of lanes), and the centring
-//! offset to second order (`≤ 10u·σ²`).
+//! most four levels, sixteen vectors) and then its lanes (at most four levels, on AVX-512),
+//! before they are widened: its mean carries the shift and at most eight roundings per value
+//! (`≤ 9uZ`); its `M2` carries one rounding per deviation (`2u` on its square), at most nine
+//! per square in its sum (the product, the FMA, three levels of vectors, four of lanes), and
+//! the centring offset to second order (`≤ 11u·σ²`).
 //!
 //! The bound's `9R² + 27RZ` are for the Welford chunks (the add forms' rows, per lane, and
 //! BatchNorm's short channels, per position down the rows): there a rounding in the update
@@ -361,6 +361,10 @@ pub(crate) const PREFETCH_MIN: usize = 512;
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
 /// statistics two-pass, without chunks: `2·ACC`, 64 values on AVX2, 128 on AVX-512.
 const BLOCK: usize = 2 * ACC;
+
+/// Vectors of the longest short rows of LayerNorm ([`is_short`]): `2·BLOCK`, 256 values on
+/// AVX-512, 128 on AVX2.
+const WIDE: usize = 2 * BLOCK;
 
 /// Floats per cache line: one prefetch per line.
 const LINE: usize = 16;
@@ -922,9 +926,9 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
     let kv = s.splat(k);
     let mut total = Moments::default();
     let mut trail = Trail::new(pending, d);
-    if d <= BLOCK * lanes {
+    if is_short::<S, R>(d) {
         // A short row, held in registers and merged two-pass.
-        // SAFETY: `src` covers `0..d`, at most `BLOCK` vectors.
+        // SAFETY: `src` covers `0..d`, at most `WIDE` vectors.
         unsafe { merge_short(s, src, 0, d, kv, &mut total) };
         trail.finish(s);
         return total;
@@ -955,15 +959,18 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
         left -= steps;
     }
     if i < d {
-        // SAFETY: `src` covers `i..d`, fewer than `ACC` vectors after the chunks.
-        unsafe { merge_short(s, src, i, d, kv, &mut total) };
+        // SAFETY: `src` covers `i..d`, fewer than `ACC` vectors after the chunks. (Over
+        // `ACC` vectors directly: `merge_short` would bring its wider blocks into the loop
+        // of long rows too.)
+        unsafe { merge_block::<S, R, ACC>(s, src, i, d, kv, &mut total) };
     }
     trail.finish(s);
     total
 }
 
-/// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most [`BLOCK`] vectors)
-/// into `total` with [`merge_block`], over `ACC` vectors where they fit and `BLOCK` otherwise.
+/// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most [`WIDE`] vectors)
+/// into `total` with [`merge_block`], over `ACC` vectors where they fit, else `BLOCK` where
+/// they fit, else `WIDE`.
 ///
 /// Over `BLOCK` vectors, a row that fits `ACC` pays for the zero vectors in its sums and
 /// trees. With `ACC`, short rows ran faster (Intel Xeon with AVX512-FP16, 2 cores; median of
@@ -971,15 +978,17 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
 /// 4.64–4.65 µs against 5.67–5.68 (1.22×), 512×32 1.22× on AVX-512 and 1.16× on AVX2.
 ///
 /// # Safety
-/// `src` covers `i..d`, `i < d ≤ i + BLOCK·LANES`.
+/// `src` covers `i..d`, `i < d ≤ i + WIDE·LANES`.
 #[inline(always)]
 unsafe fn merge_short<S: Simd, R: Source<S>>(s: S, src: &R, i: usize, d: usize, kv: S::V, total: &mut Moments) {
     // SAFETY: forwarded.
     unsafe {
         if d - i <= ACC * S::LANES {
             merge_block::<S, R, ACC>(s, src, i, d, kv, total);
-        } else {
+        } else if d - i <= BLOCK * S::LANES {
             merge_block::<S, R, BLOCK>(s, src, i, d, kv, total);
+        } else {
+            merge_block::<S, R, WIDE>(s, src, i, d, kv, total);
         }
     }
 }
@@ -1273,7 +1282,7 @@ fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, t
     total.merge(n, mean, s.reduce_add_f64(sum) - n * off * off);
 }
 
-/// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most `B ≤` [`BLOCK`]
+/// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most `B ≤` [`WIDE`]
 /// vectors) into `total`, two-pass from registers: their sum, then the squares of their
 /// deviations from `mc`, an f32 mean, as in [`moments`]. Both sums are reduced across the
 /// lanes in f32 ([`Simd::reduce_add`]), then widened: [`group_moments`] reduces sixteen
@@ -1298,7 +1307,7 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     total: &mut Moments,
 ) {
     let n = d - i;
-    debug_assert!(B.is_power_of_two() && B >= 2 && B <= BLOCK && 0 < n && n <= B * S::LANES);
+    debug_assert!(B.is_power_of_two() && B >= 2 && B <= WIDE && 0 < n && n <= B * S::LANES);
     // SAFETY: forwarded.
     let z = unsafe { load_block::<S, R, B, false>(s, src, i, n, kv) };
     // The lanes reduced in f32, then widened, as `group_moments` does for sixteen rows.
@@ -1311,11 +1320,11 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     total.merge(n as f64, centre.0, m2);
 }
 
-/// The mean of a block of `n ≤ BLOCK·MAX_LANES` values from the sum of its lanes, and
+/// The mean of a block of `n ≤ WIDE·MAX_LANES` values from the sum of its lanes, and
 /// `mc`, the same rounded to f32: [`merge_block`]'s first pass.
 #[inline(always)]
 fn block_mean(sum: f64, n: usize) -> (f64, f32) {
-    // `n ≤ BLOCK·MAX_LANES`: exact as u32.
+    // `n ≤ WIDE·MAX_LANES`: exact as u32.
     let mean = sum * (1.0 / n as u32 as f64);
     (mean, mean as f32)
 }
@@ -1339,11 +1348,11 @@ fn tree_deviations<S: Simd, const B: usize, const FULL: bool>(
         return tree_squares(s, t);
     }
     let neg = s.splat(-mc);
-    // `w` lane `l` of vector `j` is `WEIGHTS[BLOCK·MAX_LANES − n + j·LANES + l]`: 1 where
-    // `j·LANES + l < n`. Offsets stay within `0..2·BLOCK·MAX_LANES`.
-    let w = WEIGHTS[BLOCK * MAX_LANES - n..].as_ptr();
+    // `w` lane `l` of vector `j` is `WEIGHTS[WIDE·MAX_LANES − n + j·LANES + l]`: 1 where
+    // `j·LANES + l < n`. Offsets stay within `0..2·WIDE·MAX_LANES`.
+    let w = WEIGHTS[WIDE * MAX_LANES - n..].as_ptr();
     for (j, t) in t.iter_mut().enumerate() {
-        // SAFETY: `j·LANES + LANES ≤ B·LANES ≤ BLOCK·LANES` values from `w`.
+        // SAFETY: `j·LANES + LANES ≤ B·LANES ≤ WIDE·LANES` values from `w`.
         *t = s.mul_add(unsafe { s.load(w.add(j * S::LANES)) }, neg, *t);
     }
     tree_squares(s, t)
@@ -1369,11 +1378,24 @@ pub(crate) struct GroupMoments {
 /// Rows gathered at once by [`group_moments`] (as many as [`Simd::reduce_add_16`] reduces).
 pub(crate) const GROUP: usize = 16;
 
-/// Whether rows of `d` values are short: held in registers by [`merge_block`], and gathered
-/// by groups of rows ([`group_moments`]) where the source is plain.
+/// Whether rows of `d` values read through `R` are short: held in registers by
+/// [`merge_block`] (in [`moments`]), and gathered by groups of rows ([`group_moments`]) where
+/// the source is plain. Rows of up to [`BLOCK`] vectors are. For a two-pass source (plain
+/// LayerNorm) so are rows of up to [`WIDE`] where the ISA has 32 registers, and where it has
+/// 16, rows that fill `WIDE` exactly (no weights to hold).
+///
+/// Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with `γ`, `β`, harness, medians of
+/// 2001 calls in cache, 201 beyond, runs alternating with the rule of `BLOCK` alone, two to
+/// five each): on AVX-512 64×256 2.31–2.37 µs against 2.40–2.41, 96×192 3.03–3.07 against
+/// 3.09–3.20, 4096×256 (the row loop) 0.995–0.997 of a copy against 0.975–0.979; on AVX2
+/// 128×128 3.01–3.04 against 3.52, 8192×128 0.997 against 0.962. Rows of 96 values on AVX2,
+/// twelve vectors in a block of sixteen, ran 0.91× (170×96). The Welford sources (the add
+/// forms, and the blocks that follow their bits) keep `BLOCK`: in their row loop, wide
+/// blocks ran add_layer_norm with `h` at 0.75× on AVX-512 (64×256) and 0.86× (4096×256).
 #[inline(always)]
-pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
-    d <= BLOCK * S::LANES
+pub(crate) fn is_short<S: Simd, R: Source<S>>(d: usize) -> bool {
+    let lanes = S::LANES;
+    d <= BLOCK * lanes || R::TWO_PASS && d <= WIDE * lanes && (S::REGISTERS >= 32 || d == WIDE * lanes)
 }
 
 /// The moments of the `n ≤ GROUP` short rows `r0..r0 + n` of `call` (see [`is_short`]; minus
@@ -1413,10 +1435,10 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// one reduction and nothing waiting on it but the square root, lost by groups (0.81–0.95×
 /// on AVX-512, 0.87–0.91× on AVX2, the passes alone) and keeps the row loop.
 ///
-/// Rows that fill their block exactly (64 values on both ISAs, 128 on AVX-512) have a copy
-/// of the passes of their own, with no test for a tail and no weights in the deviations:
-/// 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73 on AVX2
-/// (the same way).
+/// Rows that fill their block exactly (64 and 128 values on both ISAs, 256 on AVX-512) have
+/// a copy of the passes of their own, with no test for a tail and no weights in the
+/// deviations: 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73
+/// on AVX2 (the same way).
 ///
 /// The lanes are reduced in f32, then widened (they were widened first, and reduced in f64:
 /// the largest part of the statistics left then). [`merge_block`] reduces a row's the same
@@ -1437,7 +1459,7 @@ pub(crate) fn is_short<S: Simd>(d: usize) -> bool {
 /// vectors, no loop over the row) ran no faster.
 ///
 /// # Safety
-/// Rows `r0..r0 + n` lie in `call`, of `d ≥ 1` values, `d ≤ BLOCK·LANES`; `n ≤ GROUP`;
+/// Rows `r0..r0 + n` lie in `call`, of `d ≥ 1` values, short ([`is_short`]); `n ≤ GROUP`;
 /// after `R` has read a row, `again` holds its values at the row's offset (`again` is `x`
 /// for a plain source, the stored `h` for an add source that stores it).
 #[inline(always)]
@@ -1450,7 +1472,8 @@ pub(crate) unsafe fn group_moments<S: Simd, E: Element, R: RowSource<S, E>>(
     k: &[f32; GROUP],
 ) -> GroupMoments {
     // SAFETY: forwarded; as `merge_short` picks the block. Rows that fill their block
-    // exactly (64 values on both ISAs, 128 on AVX-512) have their own copy, without tails.
+    // exactly (64 and 128 values on both ISAs, 256 on AVX-512) have their own copy, without
+    // tails.
     unsafe {
         let d = call.d;
         if d == ACC * S::LANES {
@@ -1459,8 +1482,12 @@ pub(crate) unsafe fn group_moments<S: Simd, E: Element, R: RowSource<S, E>>(
             group_moments_of::<S, E, R, ACC, false>(s, call, r0, n, again, k)
         } else if d == BLOCK * S::LANES {
             group_moments_of::<S, E, R, BLOCK, true>(s, call, r0, n, again, k)
-        } else {
+        } else if d < BLOCK * S::LANES {
             group_moments_of::<S, E, R, BLOCK, false>(s, call, r0, n, again, k)
+        } else if d == WIDE * S::LANES {
+            group_moments_of::<S, E, R, WIDE, true>(s, call, r0, n, again, k)
+        } else {
+            group_moments_of::<S, E, R, WIDE, false>(s, call, r0, n, again, k)
         }
     }
 }
@@ -1480,7 +1507,7 @@ unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usi
 ) -> GroupMoments {
     let d = call.d;
     // The rows of the group are read once per pass, from L1 after the first
-    // (`n·d ≤ GROUP·BLOCK·LANES` values). (Functions, not closures: see `load_block`.)
+    // (`n·d ≤ GROUP·WIDE·LANES` values, 16 KiB on AVX-512). (Functions, not closures: see `load_block`.)
     // SAFETY (all blocks): rows `r0..r0 + n` hold `d ≤ B·LANES` values each, in `call`
     // and, once read through `R`, at `again`.
     let mut v = [s.splat(0.0); GROUP];
@@ -1569,11 +1596,11 @@ unsafe fn load_block<S: Simd, R: Source<S>, const B: usize, const FULL: bool>(
     z
 }
 
-/// `BLOCK·MAX_LANES` ones, then as many zeros: the weights of [`merge_block`].
-static WEIGHTS: [f32; 2 * BLOCK * MAX_LANES] = {
-    let mut w = [0.0f32; 2 * BLOCK * MAX_LANES];
+/// `WIDE·MAX_LANES` ones, then as many zeros: the weights of [`merge_block`].
+static WEIGHTS: [f32; 2 * WIDE * MAX_LANES] = {
+    let mut w = [0.0f32; 2 * WIDE * MAX_LANES];
     let mut j = 0;
-    while j < BLOCK * MAX_LANES {
+    while j < WIDE * MAX_LANES {
         w[j] = 1.0;
         j += 1;
     }

@@ -82,6 +82,7 @@ fn bf16_rne(v: __m256) -> __m256i {
 // exists only once the CPU was checked for AVX2, FMA and F16C.
 impl Simd for Avx2 {
     const LANES: usize = 8;
+    const REGISTERS: usize = 16;
     type V = __m256;
     type M = __m256;
 

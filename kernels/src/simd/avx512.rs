@@ -59,6 +59,7 @@ fn bf16_rne(v: __m512) -> __m256i {
 // exists only once the CPU was checked for AVX-512 f, bw, dq, vl and FMA.
 impl Simd for Avx512 {
     const LANES: usize = 16;
+    const REGISTERS: usize = 32;
     type V = __m512;
     type M = __mmask16;
 

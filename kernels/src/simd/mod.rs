@@ -38,6 +38,9 @@ fn prefetchw(p: *const f32) {
 pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// Number of f32 lanes.
     const LANES: usize;
+    /// Number of architectural vector registers (16 for AVX2 and the scalar path, 32 for
+    /// AVX-512 and NEON): how many vectors a loop body can hold without spilling.
+    const REGISTERS: usize;
     /// The f32 vector.
     type V: Copy;
     /// A per-lane boolean.

@@ -25,6 +25,7 @@ static LANE_INDEX: [u32; 4] = [0, 1, 2, 3];
 // the aarch64 baseline, so the intrinsics are always executable.
 impl Simd for Neon {
     const LANES: usize = 4;
+    const REGISTERS: usize = 32;
     type V = float32x4_t;
     type M = uint32x4_t;
 

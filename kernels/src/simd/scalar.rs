@@ -16,6 +16,7 @@ impl Token for Scalar {
 
 impl Simd for Scalar {
     const LANES: usize = 1;
+    const REGISTERS: usize = 16;
     type V = f32;
     type M = bool;
 
