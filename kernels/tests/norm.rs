@@ -1047,6 +1047,23 @@ fn short_rows_by_groups_match_the_row_loop_bit_for_bit() {
     }
 }
 
+/// LayerNorm's long rows (`d ≥ 4096`) go by columns in calls of at most 1 MiB (`x` and `y`)
+/// and through the row loop beyond; both must give the same bits. The first 20 rows (two
+/// groups of columns, the second one short; a row with a NaN and one of ±10³⁰, which take
+/// the f64 path, among them) of a call beyond are held against the same rows alone, through
+/// every form, on every ISA, with rows that fill their vectors and rows with a tail.
+#[test]
+fn long_rows_by_columns_match_the_row_loop_bit_for_bit() {
+    let mut g = Normal(0x6a09_e667_f3bc_c908);
+    for d in [4096usize, 5000] {
+        let rows = (1 << 20) / (2 * 4 * d) + 1;
+        let MixedRows { x, gamma, beta, .. } = mixed_rows(&mut g, d, rows, 3 * d + d / 2, 17);
+        for k in all_kernels() {
+            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, 20);
+        }
+    }
+}
+
 /// LayerNorm of the rows `x` (of `d` values) and of their first `few` rows alone, through
 /// every form (out of place, in place, with the statistics): asserts the same bits on those
 /// rows.

@@ -170,19 +170,23 @@
 //! took about 4.4 times as long). Such rows leave `moments` before its chunk loop: with the
 //! two-pass loop in the same body they ran 6% slower than before it (Zen 3, 256×64, AVX2;
 //! register allocation, since the instructions were the same to 0.3%), leaving early 9%
-//! faster. LayerNorm's short plain rows (rows of at most `2·ACC` vectors, and the blocks of
-//! the add forms) go by groups of 16 rows, pass by pass over the group: the sums of every
-//! row, then their reductions, then the squared deviations of every row, then theirs (see
-//! `group_moments`, which gives the bits of the row loop), in calls of at most 1 MiB. A
-//! group's passes are as many independent chains as rows, where one row at a time its chain
-//! filled the out-of-order window, and its reductions and square roots go in vectors across
-//! rows: 1.13–1.24× on AVX-512 and 1.08–1.23× on AVX2 at 32 to 128 values a row (Intel Xeon).
+//! faster. LayerNorm's short plain rows (rows of at most `2·ACC` vectors, up to `4·ACC` for
+//! plain calls: see `is_short`; and the blocks of the add forms) go by groups of 16 rows,
+//! pass by pass over the group: the sums of every row, then their reductions, then the
+//! squared deviations of every row, then theirs (see `group_moments`, which gives the bits
+//! of the row loop), in calls of at most 1 MiB. A group's passes are as many independent
+//! chains as rows, where one row at a time its chain filled the out-of-order window, and its
+//! reductions and square roots go in vectors across rows: 1.13–1.24× on AVX-512 and
+//! 1.08–1.23× on AVX2 at 32 to 128 values a row (Intel Xeon).
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
 //! in L1 a `LANES × LANES` block at a time, the per-lane Welford of the time with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
 //! `d = 64` on AVX-512 (LayerNorm and RMSNorm), but lost 12% at `d = 256`, 4–18% on AVX2,
 //! and 8–26% on the add forms; the transposes alone (four shuffles per vector) took about a
-//! quarter of its time at `d = 64`.
+//! quarter of its time at `d = 64`. At the other end, plain LayerNorm's rows of at least
+//! 4096 values go by columns in calls of at most 1 MiB (`by_columns`): the statistics of 16
+//! rows, then their normalize sweeps a span of 1024 columns at a time, so that `γ` and `β`
+//! stay in L1 across the rows (1.04–1.15× on AVX-512, 1.03–1.07× on AVX2).
 //!
 //! # Streaming stores
 //!
