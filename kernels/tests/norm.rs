@@ -1047,19 +1047,38 @@ fn short_rows_by_groups_match_the_row_loop_bit_for_bit() {
     }
 }
 
-/// LayerNorm's long rows (`d ≥ 4096`) go by columns in calls of at most 1 MiB (`x` and `y`)
-/// and through the row loop beyond; both must give the same bits. The first 20 rows (two
-/// groups of columns, the second one short; a row with a NaN and one of ±10³⁰, which take
-/// the f64 path, among them) of a call beyond are held against the same rows alone, through
-/// every form, on every ISA, with rows that fill their vectors and rows with a tail.
+/// LayerNorm's long rows (`d ≥ 4096`) go by columns in calls of at most 1 MiB (all operands)
+/// and through the row loop beyond, plain and add forms; both must give the same bits. The
+/// first rows of a call beyond (for `layer_norm` 20 rows, two groups of columns, the second
+/// one short, in f32, f16 and bf16; for `add_layer_norm` as many as 1 MiB holds with four
+/// operands; a row with a NaN and one of ±10³⁰, which take the f64 path, among them) are held
+/// against the same rows alone, through every form, on every ISA, with rows that fill their
+/// vectors and rows with a tail.
 #[test]
 fn long_rows_by_columns_match_the_row_loop_bit_for_bit() {
     let mut g = Normal(0x6a09_e667_f3bc_c908);
     for d in [4096usize, 5000] {
         let rows = (1 << 20) / (2 * 4 * d) + 1;
-        let MixedRows { x, gamma, beta, .. } = mixed_rows(&mut g, d, rows, 3 * d + d / 2, 17);
+        let m = mixed_rows(&mut g, d, rows, 3 * d + d / 2, 9);
+        let add = AddCase {
+            x: m.x.clone(),
+            r: m.r.clone(),
+            bias: Some(m.bias.clone()),
+            alpha: 0.75,
+            d,
+            gamma: Some(m.gamma.clone()),
+            beta: Some(m.beta.clone()),
+            eps: 1e-5,
+            mode: 0,
+        };
+        let few_add = (1 << 20) / (4 * 4 * d);
         for k in all_kernels() {
-            assert_layer_norm_rows_alone(&k, &x, d, &gamma, &beta, 20);
+            assert_layer_norm_rows_alone(&k, &m.x, d, &m.gamma, &m.beta, 20);
+            half_rows_alone::<half::f16>(&k, &m, d, 20);
+            half_rows_alone::<half::bf16>(&k, &m, d, 20);
+            for mode in 0..4 {
+                assert_first_rows_alone(&k, &AddCase { mode, ..add.clone() }, few_add);
+            }
         }
     }
 }

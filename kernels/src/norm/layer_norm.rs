@@ -554,7 +554,13 @@ impl<const BIAS: bool> Walk for AddWalk<BIAS> {
     #[inline(always)]
     unsafe fn rows<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
         // SAFETY: forwarded; `call.r` is not null, `call.bias` is exactly when `BIAS`.
-        unsafe { each_row_of::<S, E, Op, AddResidual<S, E, BIAS>>(s, call) }
+        unsafe {
+            if Op::GROUPS && call.groups && call.d >= COLUMNS_MIN_D {
+                by_columns::<S, E, Op, AddResidual<S, E, BIAS>>(s, call);
+            } else {
+                each_row_of::<S, E, Op, AddResidual<S, E, BIAS>>(s, call);
+            }
+        }
     }
 }
 
@@ -786,8 +792,8 @@ unsafe fn each_row_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, 
     }
 }
 
-/// Plain LayerNorm's rows at least this long go by columns ([`by_columns`]) in calls of at
-/// most [`GROUPS_MAX_BYTES`].
+/// LayerNorm's rows at least this long go by columns ([`by_columns`]) in calls of at most
+/// [`GROUPS_MAX_BYTES`] (every operand counted), plain and add forms.
 ///
 /// In the row loop a row of 4096 values (16 KiB), the row before it read again by the
 /// normalize sweep, its `y` and `γ`, `β` (32 KiB) overflow the 48 KiB L1, so that the
@@ -800,6 +806,12 @@ unsafe fn each_row_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, 
 /// against 3.04. Rows of 2048 values lost (8×2048: 0.83× on AVX-512, 0.84× on AVX2; in
 /// groups of two to four rows, as many as 32 KiB hold, no better): there the row loop reads
 /// most of them from L1 already, and the statistics no longer overlap the stores.
+/// add_layer_norm the same way: with the `h` output on AVX-512 4×4096 4.04–4.05 µs against
+/// 4.22, 8×4096 (1 MiB) 7.51–7.54 against 7.91–8.19, 3×5000 3.59–3.60 against 3.77–3.78; on
+/// AVX2 4.14–4.15 against 4.18–4.19, 8.62–8.64 against 8.55–8.56 (the one loss, 1%),
+/// 3.84–3.85 against 3.99–4.01; without it, 4×4096 3.11–3.15 against 3.31–3.34 and 8×4096
+/// 6.14–6.15 against 6.70–6.74 on AVX-512, 3.74–3.82 against 3.88–3.99 and 7.17–7.20 against
+/// 7.24–7.27 on AVX2.
 const COLUMNS_MIN_D: usize = 4096;
 
 /// Values of each row normalized at a time by [`by_columns`]: `γ` and `β` for them (8 KiB)
@@ -813,7 +825,7 @@ const COLUMN_SPAN: usize = 1024;
 /// row loop: the same statistics, and the same sweep of each value.
 ///
 /// # Safety
-/// As [`norm_rows`], with `call.r` null.
+/// As [`norm_rows`], with `R` the source the row loop would read the call through.
 #[inline(always)]
 unsafe fn by_columns<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
     let d = call.d;
@@ -822,7 +834,8 @@ unsafe fn by_columns<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, c
         let n = GROUP.min(call.rows - r0);
         let mut stats = [Op::Stats::default(); GROUP];
         for (j, st) in stats[..n].iter_mut().enumerate() {
-            // SAFETY: row `r0 + j` lies in `call`; nothing of the group is written yet.
+            // SAFETY: row `r0 + j` lies in `call`; no `y` of the group is written yet (the
+            // source of an add form stores the row's `h` as it reads it, as in the row loop).
             *st = unsafe {
                 let (src, _) = R::row(s, call, (r0 + j) * d);
                 Op::stats(s, call, &src, &Idle)

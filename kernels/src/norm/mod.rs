@@ -183,10 +183,11 @@
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
 //! `d = 64` on AVX-512 (LayerNorm and RMSNorm), but lost 12% at `d = 256`, 4–18% on AVX2,
 //! and 8–26% on the add forms; the transposes alone (four shuffles per vector) took about a
-//! quarter of its time at `d = 64`. At the other end, plain LayerNorm's rows of at least
-//! 4096 values go by columns in calls of at most 1 MiB (`by_columns`): the statistics of 16
-//! rows, then their normalize sweeps a span of 1024 columns at a time, so that `γ` and `β`
-//! stay in L1 across the rows (1.04–1.15× on AVX-512, 1.03–1.07× on AVX2).
+//! quarter of its time at `d = 64`. At the other end, LayerNorm's rows of at least 4096
+//! values (plain and add forms) go by columns in calls of at most 1 MiB (`by_columns`): the
+//! statistics of 16 rows, then their normalize sweeps a span of 1024 columns at a time, so
+//! that `γ` and `β` stay in L1 across the rows (plain: 1.04–1.15× on AVX-512, 1.03–1.07× on
+//! AVX2; the add forms 1.04–1.09× on AVX-512, 0.99–1.04× on AVX2).
 //!
 //! # Streaming stores
 //!
