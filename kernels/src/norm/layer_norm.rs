@@ -554,13 +554,7 @@ impl<const BIAS: bool> Walk for AddWalk<BIAS> {
     #[inline(always)]
     unsafe fn rows<S: Simd, E: Element, Op: RowOp>(s: S, call: &NormCall<E>) {
         // SAFETY: forwarded; `call.r` is not null, `call.bias` is exactly when `BIAS`.
-        unsafe {
-            if Op::GROUPS && call.groups && call.d >= COLUMNS_MIN_D {
-                by_columns::<S, E, Op, AddResidual<S, E, BIAS>>(s, call);
-            } else {
-                each_row_of::<S, E, Op, AddResidual<S, E, BIAS>>(s, call);
-            }
-        }
+        unsafe { each_row_of::<S, E, Op, AddResidual<S, E, BIAS>>(s, call) }
     }
 }
 
@@ -707,7 +701,7 @@ unsafe fn by_blocks<S: Simd, E: Element, Op: RowOp, const BIAS: bool>(s: S, call
 }
 
 /// The rows of a plain call (no residual add): by groups where they are short ([`by_groups`]),
-/// else by the row loop, with two-pass chunks where `TWO_PASS` and Welford chunks otherwise
+/// else by the row loop or by columns ([`each_row_of`]), with two-pass chunks where `TWO_PASS` and Welford chunks otherwise
 /// (see [`Source::TWO_PASS`]).
 ///
 /// # Safety
@@ -718,8 +712,6 @@ unsafe fn plain_rows<S: Simd, E: Element, Op: RowOp, const TWO_PASS: bool>(s: S,
     unsafe {
         if Op::GROUPS && call.groups && is_short::<S, Plain<E, TWO_PASS>>(call.d) {
             by_groups::<S, E, Op, Plain<E>>(s, call, call.x);
-        } else if Op::GROUPS && call.groups && call.d >= COLUMNS_MIN_D {
-            by_columns::<S, E, Op, Plain<E, TWO_PASS>>(s, call);
         } else {
             each_row_of::<S, E, Op, Plain<E, TWO_PASS>>(s, call);
         }
@@ -774,17 +766,21 @@ unsafe fn by_groups<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, ca
     }
 }
 
-/// [`each_row`], with a loop of its own for LayerNorm's short rows ([`is_short`]) and one for
-/// its long rows: in one loop, the blocks of the short rows (up to 16 vectors) made the long
-/// rows 1.5–2.5% slower on AVX-512 (16×1024, 4×4096, harness, three alternating runs).
+/// The rows of a call through the source `R` where they do not go by groups or blocks:
+/// LayerNorm's long rows by columns in calls that fit ([`by_columns`]), else [`each_row`],
+/// with a loop of its own for LayerNorm's short rows ([`is_short`]) and one for its long
+/// rows: in one loop, the blocks of the short rows (up to 16 vectors) made the long rows
+/// 1.5–2.5% slower on AVX-512 (16×1024, 4×4096, harness, three alternating runs).
 ///
 /// # Safety
-/// As [`norm_rows`].
+/// As [`norm_rows`], with `R` the call's source (plain, or the add source of [`AddWalk`]).
 #[inline(always)]
 unsafe fn each_row_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
     // SAFETY: forwarded.
     unsafe {
-        if Op::GROUPS && is_short::<S, R>(call.d) {
+        if Op::GROUPS && call.groups && call.d >= COLUMNS_MIN_D {
+            by_columns::<S, E, Op, R>(s, call);
+        } else if Op::GROUPS && is_short::<S, R>(call.d) {
             each_row::<S, E, Op, R, true>(s, call);
         } else {
             each_row::<S, E, Op, R, false>(s, call);

@@ -186,8 +186,8 @@
 //! quarter of its time at `d = 64`. At the other end, LayerNorm's rows of at least 4096
 //! values (plain and add forms) go by columns in calls of at most 1 MiB (`by_columns`): the
 //! statistics of 16 rows, then their normalize sweeps a span of 1024 columns at a time, so
-//! that `γ` and `β` stay in L1 across the rows (plain: 1.04–1.15× on AVX-512, 1.03–1.07× on
-//! AVX2; the add forms 1.04–1.09× on AVX-512, 0.99–1.04× on AVX2).
+//! that `γ` and `β` stay in L1 across the rows (plain: 1.04–1.15× on AVX-512, 1.03–1.08× on
+//! AVX2; the add forms 1.04–1.09× on AVX-512, 0.99–1.07× on AVX2).
 //!
 //! # Streaming stores
 //!
