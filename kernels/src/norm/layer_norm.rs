@@ -701,8 +701,8 @@ unsafe fn by_blocks<S: Simd, E: Element, Op: RowOp, const BIAS: bool>(s: S, call
 }
 
 /// The rows of a plain call (no residual add): by groups where they are short ([`by_groups`]),
-/// else by the row loop or by columns ([`each_row_of`]), with two-pass chunks where `TWO_PASS` and Welford chunks otherwise
-/// (see [`Source::TWO_PASS`]).
+/// else by the row loop or by columns ([`each_row_of`]), with two-pass chunks where
+/// `TWO_PASS` and Welford chunks otherwise (see [`Source::TWO_PASS`]).
 ///
 /// # Safety
 /// As [`norm_rows`], with `call.r` null.
