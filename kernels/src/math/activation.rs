@@ -1,4 +1,4 @@
-//! Sigmoid and swish (SiLU), written once over [`Simd`] on top of [`exp`].
+//! Sigmoid and swish (SiLU), written once over [`Simd`] on top of [`exp`](super::exp).
 //!
 //! `σ(x) = 1/(1 + e⁻ˣ)` and `swish(x) = x·σ(x)`, computed from `t = e^−|x|` (which cannot
 //! overflow) as `σ = (x < 0 ? t : 1)/(1 + t)` and `swish = (x < 0 ? x·t : x)/(1 + t)`, with

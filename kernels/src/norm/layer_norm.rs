@@ -1,8 +1,9 @@
 //! LayerNorm and the fused Add & LayerNorm; the call shared with RMSNorm and its row loops.
 
 use super::{
-    check_eps, check_len, check_opt, fits_f32, group_moments, is_short, load_n, moments, moments_f64, mut_ptr_of,
-    ptr_of, rstd_of, write_span, AddResidual, Affine, Idle, Output, Pending, Plain, RowSource, Source, Values, GROUP,
+    check_eps, check_len, check_opt, fits_f32, group_m2_of, group_means_of, group_row_dev, group_row_sum, is_short,
+    load_n, moments, moments_f64, mut_ptr_of, ptr_of, rstd_of, short_block, write_span, AddResidual, Affine,
+    GroupMeans, Idle, Output, Pending, Plain, RowSource, Source, Values, ACC, BLOCK, GROUP, WIDE,
 };
 use crate::dispatch::Kernels;
 use crate::simd::Simd;
@@ -579,23 +580,61 @@ pub(crate) trait RowOp {
     /// Whether short rows go by groups ([`by_groups`]): those of plain calls, and those of
     /// the f32 add forms that go by blocks.
     const GROUPS: bool = false;
-    /// The statistics of the `n ≤ GROUP` short rows `r0..r0 + n` of `call` ([`is_short`]),
-    /// each row's exactly as [`RowOp::stats`] gathers them from its source `R`: by default
-    /// one row after the other, as the row loop does; where [`RowOp::GROUPS`], pass by pass
-    /// over the rows ([`group_moments`], which reads the rows again at `again`).
+    /// The first pass of short row `row` by groups ([`by_groups`], rows held in blocks of `B`
+    /// vectors, `FULL` where they fill it): the sum of the row's values minus its shift `k`
+    /// (its first value, [`Source::first`]) as a vector ([`group_row_sum`]). By default
+    /// nothing: the default [`RowOp::group_stats`] gathers each row's statistics from its
+    /// source as the row loop does.
     ///
     /// # Safety
-    /// Rows `r0..r0 + n` lie in `call`, of `call.d ≥ 1` values, and they are short; `again`
-    /// as for [`group_moments`].
+    /// Row `row` lies in `call`, short, of `d ≤ B·LANES` values (equal where `FULL`).
+    #[inline(always)]
+    unsafe fn group_sum<S: Simd, E: Element, R: RowSource<S, E>, const B: usize, const FULL: bool>(
+        s: S,
+        call: &NormCall<E>,
+        row: usize,
+        k: f32,
+    ) -> S::V {
+        let _ = (call, row, k);
+        s.splat(0.0)
+    }
+    /// The second pass of short row `row` by groups, read back at `again`, its shift `k` and
+    /// its mean from the first ([`group_row_dev`]). By default nothing, as
+    /// [`RowOp::group_sum`].
+    ///
+    /// # Safety
+    /// Row `row` lies at `again`, as for [`RowOp::group_sum`], and its first pass has run.
+    #[inline(always)]
+    unsafe fn group_dev<S: Simd, E: Element, const B: usize, const FULL: bool>(
+        s: S,
+        call: &NormCall<E>,
+        again: *const E,
+        row: usize,
+        k: f32,
+        mean: (f64, f32),
+    ) -> S::V {
+        let _ = (call, again, row, k, mean);
+        s.splat(0.0)
+    }
+    /// The statistics of the `n ≤ GROUP` short rows `r0..r0 + n` of `call` ([`is_short`]),
+    /// each row's exactly as [`RowOp::stats`] gathers them from its source `R`: from the
+    /// shifts `k` and means of their first passes and the `devs` of their second (zero past
+    /// `n`); by default, one row after the other from `R`, as the row loop does.
+    ///
+    /// # Safety
+    /// Rows `r0..r0 + n` lie in `call`, of `call.d ≥ 1` values, and they are short; their
+    /// second passes have run, or by default, none of their values has been written yet.
     #[inline(always)]
     unsafe fn group_stats<S: Simd, E: Element, R: RowSource<S, E>>(
         s: S,
         call: &NormCall<E>,
         r0: usize,
         n: usize,
-        again: *const E,
+        k: &[f32; GROUP],
+        means: &GroupMeans,
+        devs: &[S::V; GROUP],
     ) -> [Self::Stats; GROUP] {
-        let _ = again;
+        let _ = (k, means, devs);
         let mut out = [Self::Stats::default(); GROUP];
         for (j, o) in out[..n].iter_mut().enumerate() {
             // SAFETY: row `r0 + j` lies in `call` and holds `d ≥ 1` values.
@@ -723,46 +762,287 @@ unsafe fn plain_rows<S: Simd, E: Element, Op: RowOp, const TWO_PASS: bool>(s: S,
 ///
 /// Beyond it the row loop, which overlaps the reads of one row with the work of others,
 /// kept more loads in flight (Intel Xeon with AVX512-FP16, 2 MiB L2, LayerNorm against the
-/// row loop as in [`group_moments`]): rows of 64 values by groups ran 1.14–1.22× faster at
+/// row loop as in [`by_groups`]): rows of 64 values by groups ran 1.14–1.22× faster at
 /// 2048 rows (1 MiB), but 0.95–0.97× at 4096 rows (2 MiB), 0.83–0.84× at 16384 and
 /// 0.84–0.86× at 65536 (16 MiB per operand). Prefetching the next group's rows during the
 /// normalize sweeps took back 1.12–1.18× at 4096 rows but lost 2–7% in L2 (2048×64,
 /// 4096×32, 256×64 on AVX-512), so the rule is a size instead.
 const GROUPS_MAX_BYTES: usize = 1 << 20;
 
-/// Short rows ([`is_short`]), [`GROUP`] rows at a time: the statistics of the group pass by
-/// pass ([`RowOp::group_stats`]) from the source `R` (which reads `x`, or builds `h` from
-/// `x` and `r` and stores it), the rows read again at `again` (`x`, or the stored `h`), then
-/// the normalize sweep of each row. The bits are those of the row loop over `R`.
+/// Short rows ([`is_short`]), [`GROUP`] rows at a time, stage by stage: the first pass of
+/// every row of a group ([`RowOp::group_sum`], from the source `R`, which reads `x`, or
+/// builds `h` from `x` and `r` and stores it), their means; the second pass of every row
+/// ([`RowOp::group_dev`], the rows read again at `again`: `x`, or the stored `h`), their
+/// statistics ([`RowOp::group_stats`]); then the normalize sweep of each row. Each row's
+/// statistics are exactly those [`RowOp::stats`] gathers for it alone (the same values
+/// through the same operations), so the bits are those of the row loop over `R`.
+///
+/// One row at a time, a short row's work is a chain: its sum, the reductions, its deviations
+/// (which wait on the mean), theirs, then the square root and division that end it; the
+/// rows that follow fill the out-of-order window behind it. By passes, each pass is as many
+/// independent chains as rows. The reductions of a pass run together
+/// (`Simd::reduce_add_16`: on AVX-512 the sixteen rows' lanes transposed into one vector
+/// level by level, 47 instructions for the sixteen, and no scalar results to gather), and
+/// what follows them
+/// runs as loops over all the rows' results, which the compiler vectorizes: LayerNorm's
+/// square roots and divisions then go eight rows to an instruction. It does so only where
+/// each result has an array of its own ([`GroupMeans`], and the three arrays of
+/// `Layer::group_stats`): with the rows' `Moments` as structs, a `std::array::map` left as
+/// a call, and selects that shared a branch, AVX2 ran those loops in scalars, a division and
+/// a square root per row, and AVX-512 half of them (Intel Xeon, 256×64, harness, medians of
+/// 2001 calls, runs of the two builds alternating: the arrays took AVX-512 from 3.96–4.11 µs
+/// to 3.61, AVX2 from 3.94–4.05 to 3.72; the statistics alone, without the normalize sweeps,
+/// from 2.4–2.6 to 2.2 on both).
+///
+/// Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with `γ`, `β`, median of 1001
+/// calls, by groups and by the row loop alternating call by call in one process): on AVX-512
+/// 1.16× at 256×64 (3997 against 4625 ns), 1.24× at 512×32, 1.16× at 170×96, 1.13× at
+/// 128×128, 1.21× at 1024×48, 1.17× at 2048×64; on AVX2 (short rows up to 64 values) 1.09×,
+/// 1.23×, –, –, 1.13×, 1.08×. Steps on the way, at 256×64 on AVX-512: the passes alone,
+/// each row's reductions and square root as in the row loop, 1.05×; finishing each row as
+/// its last reduction came rather than through an array (whose vector loads, by the
+/// compiler, of values just stored one at a time waited on store forwarding) 1.11×; the
+/// reductions together and the square roots in vectors, the rest. RMSNorm, whose rows have
+/// one reduction and nothing waiting on it but the square root, lost by groups (0.81–0.95×
+/// on AVX-512, 0.87–0.91× on AVX2, the passes alone) and keeps the row loop.
+///
+/// Rows that fill their block exactly (64 and 128 values on both ISAs, 256 on AVX-512) have
+/// a copy of the passes of their own, with no test for a tail and no weights in the
+/// deviations: 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73
+/// on AVX2 (the same way).
+///
+/// The lanes are reduced in f32, then widened (they were widened first, and reduced in f64:
+/// the largest part of the statistics left then). `merge_block` reduces a row's the same
+/// way, so the row loop keeps the same bits, and the error bound holds with the extra
+/// roundings (module docs). Harness, medians of 2001 calls, runs of the two builds
+/// alternating, two each, against f64: on AVX-512 3.27–3.32 µs against 3.46 at 256×64,
+/// 5.83–5.84 against 6.34–6.43 at 512×32, 12.25–12.29 against 13.15–13.36 at 1024×48,
+/// 2.64–2.65 against 2.69–2.70 at 128×128; on AVX2 3.52–3.53 against 3.58 at 256×64,
+/// 4.72–4.75 against 4.87–4.91 at 512×32, even at 1024×48. The row loop's short rows
+/// (8192×64, 4 MiB) went from 0.76–0.78 of a copy to 0.81–0.82 (AVX-512) and from
+/// 0.93–0.95 to 0.97–0.98 (AVX2); rows with a tail (16×1000, 64×200) even.
+///
+/// What is left: a standalone model of the same passes with `d` fixed at 64 (no tails, `γ`,
+/// `β` held in registers, the rows' sums reduced sixteen at a time in f32) took 2.46 µs at
+/// 256×64 against 3.8 for the kernel of the time (same process, medians of 4001 calls; its
+/// normalize sweeps alone 1.30 µs, a copy of the same bytes 1.34). The kernel's normalize
+/// sweeps alone take 1.8–1.9 µs, and a copy of them for rows that fill their block (whole
+/// vectors, no loop over the row) ran no faster.
+///
+/// Rows that fill their block (64 and 128 values, and 256 on AVX-512) are pipelined
+/// ([`pipelined`]): each row of a group is normalized beside the second pass of the same row
+/// of the next group and the first pass of that of the group after it ([`stage`]), so that
+/// the loads of the first passes (from L2 beyond 48 KiB), the stores of the sweeps and the
+/// arithmetic of the second passes overlap, and each group's reductions, square roots and
+/// divisions have a stage's work beside them before anything waits on them. Harness, medians
+/// of 2001 calls, runs of the two builds alternating, two each: on AVX-512 2.95–3.02 µs
+/// against 3.26–3.33 at 256×64, 2.38 against 2.71 at 128×128, 2.31 against 2.37 at 64×256,
+/// 21.7–22.2 against 26.1–26.3 at 2048×64 (1 MiB), 0.745 against 0.80 at 64×64 (in L1); on
+/// AVX2 3.30–3.33 against 3.67–3.73 at 256×64, 2.91–2.95 against 3.14 at 128×128, 25.1
+/// against 28.8–29.5 at 2048×64, 4.33–5.04 against 5.04–5.06 at 512×32, 0.82 against
+/// 0.88–0.90 at 64×64. Rows with a tail go one group at a time, their blocks sharing one
+/// sweep loop: pipelined, AVX-512 lost at 96×192 (3.03–3.36 µs against 2.98–3.05) and
+/// 512×32 (5.93–5.96 against 5.72–5.79), where the tails' selects and weights add to the
+/// registers that three rows in flight hold; one group at a time but with a sweep loop for
+/// each block, at 64×200 (2.41–2.50 against 2.20–2.26) and 96×192 (3.14–3.22 against
+/// 2.99–3.01). As they are, 96×192 3.03–3.05 µs against 3.00–3.05, 64×200 2.29–2.30 against
+/// 2.24–2.32, 512×32 5.79–5.84 against 5.87–5.90.
 ///
 /// # Safety
 /// As [`norm_rows`], with short rows, and `R` a plain source with `again` equal to `call.x`,
 /// or the f32 add source storing `h` with `again` equal to `call.h`.
 #[inline(always)]
 unsafe fn by_groups<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>, again: *const E) {
-    let d = call.d;
-    let mut r0 = 0;
-    while r0 < call.rows {
-        let n = GROUP.min(call.rows - r0);
-        // SAFETY: rows `r0..r0 + n` lie inside the `rows·d` elements of every operand; each
-        // row's statistics are gathered before any row of the group is written (`y` may be
-        // `x` or `h`), and its sweep reads `h` before writing `y` at each offset.
-        unsafe {
-            let stats = Op::group_stats::<S, E, R>(s, call, r0, n, again);
-            for (j, &st) in stats[..n].iter().enumerate() {
-                let (row, off) = (r0 + j, (r0 + j) * d);
-                let (_, h) = R::row(s, call, off);
-                let y = call.y.add(off);
-                match Op::sweep(s, call, st, h, y) {
-                    Some(sweep) => {
-                        sweep.run(s, 0, d);
-                        write_stats(call, row, Op::outputs(st));
+    // SAFETY: forwarded; the rows are short, so `short_block` gives their block.
+    unsafe {
+        match short_block::<S>(call.d) {
+            (ACC, true) => pipelined::<S, E, Op, R, ACC>(s, call, again),
+            (BLOCK, true) => pipelined::<S, E, Op, R, BLOCK>(s, call, again),
+            (_, true) => pipelined::<S, E, Op, R, WIDE>(s, call, again),
+            (b, false) => {
+                let mut r0 = 0;
+                while r0 < call.rows {
+                    let n = GROUP.min(call.rows - r0);
+                    let stats = match b {
+                        ACC => group_stats_of::<S, E, Op, R, ACC>(s, call, again, r0, n),
+                        BLOCK => group_stats_of::<S, E, Op, R, BLOCK>(s, call, again, r0, n),
+                        _ => group_stats_of::<S, E, Op, R, WIDE>(s, call, again, r0, n),
+                    };
+                    for (j, &st) in stats[..n].iter().enumerate() {
+                        sweep_row::<S, E, Op, R>(s, call, r0 + j, st);
                     }
-                    None => write_stats(call, row, Op::wide::<S, E, R::Back>(call, h, y)),
+                    r0 += n;
                 }
             }
         }
-        r0 += n;
+    }
+}
+
+/// The statistics of the `n ≤ GROUP` rows `r0..r0 + n` of a group, one pass after the other
+/// over the group, for rows with a tail in blocks of `B` vectors.
+///
+/// # Safety
+/// As [`by_groups`], rows `r0..r0 + n` lying in `call`, none of them written yet, with
+/// `d < B·LANES`.
+#[inline(always)]
+unsafe fn group_stats_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>, const B: usize>(
+    s: S,
+    call: &NormCall<E>,
+    again: *const E,
+    r0: usize,
+    n: usize,
+) -> [Op::Stats; GROUP] {
+    // The rows' sums, then their deviations (zero past `n`).
+    let (mut v, mut k) = ([s.splat(0.0); GROUP], [0.0; GROUP]);
+    // SAFETY: by the caller's promise; each row's first pass runs before its second.
+    unsafe {
+        for (j, k) in k[..n].iter_mut().enumerate() {
+            *k = shift::<S, E, R>(s, call, r0 + j);
+        }
+        for j in 0..n {
+            v[j] = Op::group_sum::<S, E, R, B, false>(s, call, r0 + j, k[j]);
+        }
+        let means = group_means_of(s, call.d, &v);
+        for j in 0..n {
+            let mean = (means.mean[j], means.mc[j]);
+            v[j] = Op::group_dev::<S, E, B, false>(s, call, again, r0 + j, k[j], mean);
+        }
+        Op::group_stats::<S, E, R>(s, call, r0, n, &k, &means, &v)
+    }
+}
+
+/// [`by_groups`] pipelined, for rows that fill their block of `B` vectors: stage `t`
+/// ([`stage`]) sweeps group `t`, runs the second passes of group `t + 1` and the first of
+/// group `t + 2`.
+///
+/// # Safety
+/// As [`by_groups`], with `d = B·LANES`.
+#[inline(always)]
+unsafe fn pipelined<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>, const B: usize>(
+    s: S,
+    call: &NormCall<E>,
+    again: *const E,
+) {
+    let groups = call.rows.div_ceil(GROUP) as isize;
+    // Rows in group `g`: none before the first or past the last.
+    let n = |g: isize| {
+        if (0..groups).contains(&g) {
+            GROUP.min(call.rows - g as usize * GROUP)
+        } else {
+            0
+        }
+    };
+    let mut p = Stages::<Op> {
+        stats: [Op::Stats::default(); GROUP],
+        k: [0.0; GROUP],
+        means: GroupMeans::default(),
+    };
+    for t in -2..groups {
+        let n = [n(t), n(t + 1), n(t + 2)];
+        // SAFETY: each group's first passes run in the stage before its second, and those
+        // in the stage before its sweeps, whose rows are disjoint from those of the passes
+        // beside them.
+        unsafe {
+            if n == [GROUP; 3] {
+                stage::<S, E, Op, R, B, true>(s, call, again, t, n, &mut p);
+            } else {
+                stage::<S, E, Op, R, B, false>(s, call, again, t, n, &mut p);
+            }
+        }
+    }
+}
+
+/// What one stage of [`pipelined`] leaves for the next: the statistics of the group it
+/// sweeps, and the shifts and means of the group whose second passes it runs.
+struct Stages<Op: RowOp> {
+    stats: [Op::Stats; GROUP],
+    k: [f32; GROUP],
+    means: GroupMeans,
+}
+
+/// Stage `t` of [`pipelined`] over the first `n[u]` rows of group `t + u`: for each row `j`,
+/// the sweep of row `j` of group `t` (from `p.stats`), the second pass of row `j` of group
+/// `t + 1` (from `p.k`, `p.means`), the first pass of row `j` of group `t + 2`; then the
+/// statistics of group `t + 1` and the means of group `t + 2` into `p`, for the next stage.
+/// `ALL` where every `n[u]` is [`GROUP`].
+///
+/// # Safety
+/// As [`pipelined`]; the first passes of group `t + 1` have run in an earlier stage, and so
+/// have both passes of group `t`.
+#[inline(always)]
+unsafe fn stage<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>, const B: usize, const ALL: bool>(
+    s: S,
+    call: &NormCall<E>,
+    again: *const E,
+    t: isize,
+    n: [usize; 3],
+    p: &mut Stages<Op>,
+) {
+    let zero = s.splat(0.0);
+    let [n0, n1, n2] = if ALL { [GROUP; 3] } else { n };
+    // The first row of group `t + u` (used only where that group has rows).
+    let r = |u: isize| (t + u) as usize * GROUP;
+    let (mut sums, mut devs, mut k) = ([zero; GROUP], [zero; GROUP], [0.0; GROUP]);
+    // SAFETY: by the caller's promise.
+    unsafe {
+        for j in 0..GROUP {
+            if j < n0 {
+                sweep_row::<S, E, Op, R>(s, call, r(0) + j, p.stats[j]);
+            }
+            if j < n1 {
+                let mean = (p.means.mean[j], p.means.mc[j]);
+                devs[j] = Op::group_dev::<S, E, B, true>(s, call, again, r(1) + j, p.k[j], mean);
+            }
+            if j < n2 {
+                k[j] = shift::<S, E, R>(s, call, r(2) + j);
+                sums[j] = Op::group_sum::<S, E, R, B, true>(s, call, r(2) + j, k[j]);
+            }
+        }
+        if n1 > 0 {
+            p.stats = Op::group_stats::<S, E, R>(s, call, r(1), n1, &p.k, &p.means, &devs);
+        }
+    }
+    if n2 > 0 {
+        p.means = group_means_of(s, call.d, &sums);
+        p.k = k;
+    }
+}
+
+/// The shift of row `row` of `call` through `R`: its first value, as [`RowOp::stats`] takes it.
+///
+/// # Safety
+/// Row `row` lies in `call`, of `d ≥ 1` values.
+#[inline(always)]
+unsafe fn shift<S: Simd, E: Element, R: RowSource<S, E>>(s: S, call: &NormCall<E>, row: usize) -> f32 {
+    // SAFETY: by the caller's promise.
+    unsafe { R::row(s, call, row * call.d).0.first() }
+}
+
+/// The normalize sweep of row `row` of `call` from its statistics `st` (or its f64 path),
+/// and its per-row outputs.
+///
+/// # Safety
+/// Row `row` lies in `call`; `st` are its statistics, from its values through `R`, and
+/// none of them has been written since.
+#[inline(always)]
+unsafe fn sweep_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(
+    s: S,
+    call: &NormCall<E>,
+    row: usize,
+    st: Op::Stats,
+) {
+    let off = row * call.d;
+    // SAFETY: by the caller's promise; the sweep reads `h` before writing `y` at each offset.
+    unsafe {
+        let (_, h) = R::row(s, call, off);
+        let y = call.y.add(off);
+        match Op::sweep(s, call, st, h, y) {
+            Some(sweep) => {
+                sweep.run(s, 0, call.d);
+                write_stats(call, row, Op::outputs(st));
+            }
+            None => write_stats(call, row, Op::wide::<S, E, R::Back>(call, h, y)),
+        }
     }
 }
 
@@ -969,28 +1249,44 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
     }
 
     #[inline(always)]
+    unsafe fn group_sum<S: Simd, E: Element, R: RowSource<S, E>, const B: usize, const FULL: bool>(
+        s: S,
+        call: &NormCall<E>,
+        row: usize,
+        k: f32,
+    ) -> S::V {
+        // SAFETY: forwarded.
+        unsafe { group_row_sum::<S, E, R, B, FULL>(s, call, row, k) }
+    }
+
+    #[inline(always)]
+    unsafe fn group_dev<S: Simd, E: Element, const B: usize, const FULL: bool>(
+        s: S,
+        call: &NormCall<E>,
+        again: *const E,
+        row: usize,
+        k: f32,
+        mean: (f64, f32),
+    ) -> S::V {
+        unsafe { group_row_dev::<S, E, B, FULL>(s, again, call.d, row, k, mean) }
+    }
+
+    #[inline(always)]
     unsafe fn group_stats<S: Simd, E: Element, R: RowSource<S, E>>(
         s: S,
         call: &NormCall<E>,
         r0: usize,
         n: usize,
-        again: *const E,
+        k: &[f32; GROUP],
+        means: &GroupMeans,
+        devs: &[S::V; GROUP],
     ) -> [Affine; GROUP] {
-        let d = call.d;
-        let mut k = [0.0; GROUP];
-        for (j, k) in k[..n].iter_mut().enumerate() {
-            // SAFETY: row `r0 + j` holds `d ≥ 1` values, none read yet; its shift as in
-            // `stats`.
-            *k = unsafe { R::row(s, call, (r0 + j) * d).0.first() };
-        }
-        // SAFETY: forwarded.
-        let mo = unsafe { group_moments::<S, E, R>(s, call, r0, n, again, &k) };
-        // `Self::of` for all the rows (those past `n` are zero), without branches and each
-        // result in an array of its own: the compiler runs it in vectors (see
-        // `group_moments`).
+        let _ = (r0, n);
+        let m2 = group_m2_of(s, call.d, devs, means);
+        let mean = &means.mean;
         let (mut mean_hi, mut rstd, mut shift) = ([0.0; GROUP], [0.0; GROUP], [0.0; GROUP]);
         for j in 0..GROUP {
-            let a = Self::of(call, k[j], mo.mean[j], mo.m2[j]);
+            let a = Self::of(call, k[j], mean[j], m2[j]);
             (mean_hi[j], rstd[j], shift[j]) = (a.mean_hi, a.rstd, a.shift);
         }
         std::array::from_fn(|j| Affine {

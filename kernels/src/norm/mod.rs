@@ -173,11 +173,14 @@
 //! faster. LayerNorm's short plain rows (rows of at most `2·ACC` vectors, up to `4·ACC` for
 //! plain calls: see `is_short`; and the blocks of the add forms) go by groups of 16 rows,
 //! pass by pass over the group: the sums of every row, then their reductions, then the
-//! squared deviations of every row, then theirs (see `group_moments`, which gives the bits
-//! of the row loop), in calls of at most 1 MiB. A group's passes are as many independent
+//! squared deviations of every row, then theirs (see `layer_norm::by_groups`, which gives the
+//! bits of the row loop), in calls of at most 1 MiB. A group's passes are as many independent
 //! chains as rows, where one row at a time its chain filled the out-of-order window, and its
 //! reductions and square roots go in vectors across rows: 1.13–1.24× on AVX-512 and
-//! 1.08–1.23× on AVX2 at 32 to 128 values a row (Intel Xeon).
+//! 1.08–1.23× on AVX2 at 32 to 128 values a row (Intel Xeon). Where the rows fill their block,
+//! the groups are pipelined, each row of one group normalized beside the second pass of a row
+//! of the next and the first pass of a row of the one after: 1.08–1.14× more at 64 and 128
+//! values on AVX-512 (1.18–1.20× at 2048×64), 1.07–1.17× at 32 to 128 on AVX2.
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
 //! in L1 a `LANES × LANES` block at a time, the per-lane Welford of the time with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
@@ -365,11 +368,11 @@ pub(crate) const PREFETCH_MIN: usize = 512;
 
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
 /// statistics two-pass, without chunks: `2·ACC`, 64 values on AVX2, 128 on AVX-512.
-const BLOCK: usize = 2 * ACC;
+pub(crate) const BLOCK: usize = 2 * ACC;
 
 /// Vectors of the longest short rows of LayerNorm ([`is_short`]): `2·BLOCK`, 256 values on
 /// AVX-512, 128 on AVX2.
-const WIDE: usize = 2 * BLOCK;
+pub(crate) const WIDE: usize = 2 * BLOCK;
 
 /// Floats per cache line: one prefetch per line.
 const LINE: usize = 16;
@@ -1290,9 +1293,9 @@ fn merge_lanes<S: Simd>(s: S, m: &[S::V; ACC], m2: &[S::V; ACC], steps: usize, t
 /// Merges the values `i..d` of `src` (minus `k`, splat in `kv`; at most `B ≤` [`WIDE`]
 /// vectors) into `total`, two-pass from registers: their sum, then the squares of their
 /// deviations from `mc`, an f32 mean, as in [`moments`]. Both sums are reduced across the
-/// lanes in f32 ([`Simd::reduce_add`]), then widened: [`group_moments`] reduces sixteen
-/// rows at a time the same way, which in f64 cost more than its other reductions together
-/// (see there).
+/// lanes in f32 ([`Simd::reduce_add`]), then widened: [`group_means_of`] and [`group_m2_of`]
+/// reduce sixteen rows at a time the same way (in f64 that cost more than the groups' other
+/// reductions together: see `layer_norm::by_groups`).
 ///
 /// Only the loads depend on `n = d − i`: the vectors past the end are zero, the sums run as
 /// trees over all `B` of them, and the deviations are `z − mc·w` with `w` 1 on the
@@ -1315,7 +1318,7 @@ unsafe fn merge_block<S: Simd, R: Source<S>, const B: usize>(
     debug_assert!(B.is_power_of_two() && B >= 2 && B <= WIDE && 0 < n && n <= B * S::LANES);
     // SAFETY: forwarded.
     let z = unsafe { load_block::<S, R, B, false>(s, src, i, n, kv) };
-    // The lanes reduced in f32, then widened, as `group_moments` does for sixteen rows.
+    // The lanes reduced in f32, then widened, as `group_means_of` does for sixteen rows.
     let centre = block_mean(s.reduce_add(tree(s, z)) as f64, n);
     let m2 = block_m2(
         s.reduce_add(tree_deviations::<S, B, false>(s, z, n, centre)) as f64,
@@ -1371,23 +1374,16 @@ fn block_m2(dev: f64, n: usize, (mean, mc): (f64, f32)) -> f64 {
     dev - n as f64 * off * off
 }
 
-/// The moments of the rows of a group ([`group_moments`]), row `j`'s in entry `j` of each
-/// array: those of [`Moments`] of `d` values.
-pub(crate) struct GroupMoments {
-    /// The means.
-    pub mean: [f64; GROUP],
-    /// The sums of squared deviations from the mean.
-    pub m2: [f64; GROUP],
-}
-
-/// Rows gathered at once by [`group_moments`] (as many as [`Simd::reduce_add_16`] reduces).
+/// Rows gathered at once by groups (`layer_norm::by_groups`; as many as
+/// [`Simd::reduce_add_16`] reduces).
 pub(crate) const GROUP: usize = 16;
 
 /// Whether rows of `d` values read through `R` are short: held in registers by
-/// [`merge_block`] (in [`moments`]), and gathered by groups of rows ([`group_moments`]) where
-/// the source is plain. Rows of up to [`BLOCK`] vectors are. For a two-pass source (plain
-/// LayerNorm) so are rows of up to [`WIDE`] where the ISA has 32 registers, and where it has
-/// 16, rows that fill `WIDE` exactly (no weights to hold).
+/// [`merge_block`] (in [`moments`]), and gathered by groups of rows (`layer_norm::by_groups`,
+/// with [`group_row_sum`] and [`group_row_dev`]) where the source is plain. Rows of up to
+/// [`BLOCK`] vectors are. For a two-pass source (plain LayerNorm) so are rows of up to
+/// [`WIDE`] where the ISA has 32 registers, and where it has 16, rows that fill `WIDE`
+/// exactly (no weights to hold).
 ///
 /// Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with `γ`, `β`, harness, medians of
 /// 2001 calls in cache, 201 beyond, runs alternating with the rule of `BLOCK` alone, two to
@@ -1403,147 +1399,100 @@ pub(crate) fn is_short<S: Simd, R: Source<S>>(d: usize) -> bool {
     d <= BLOCK * lanes || R::TWO_PASS && d <= WIDE * lanes && (S::REGISTERS >= 32 || d == WIDE * lanes)
 }
 
-/// The moments of the `n ≤ GROUP` short rows `r0..r0 + n` of `call` (see [`is_short`]; minus
-/// `k[j]` for row `r0 + j`), each exactly as [`moments`] gathers them for the row alone from
-/// its source `R` (the same values through the same operations, so the same bits), but pass
-/// by pass over the group: the sums of every row, their reductions, the squared deviations of
-/// every row, theirs. The first pass reads each row through `R` (for the f32 add forms:
-/// builds `h`, stores it and sums it in one go); the second reads the row back at `again`
-/// (`x`, or that stored `h`), from L1.
-///
-/// One row at a time, a short row's work is a chain: its sum, the reductions, its deviations
-/// (which wait on the mean), theirs, then the square root and division that end it; the
-/// rows that follow fill the out-of-order window behind it. By passes, each pass is as many
-/// independent chains as rows. The reductions of a pass run together
-/// ([`Simd::reduce_add_16`]: on AVX-512 the sixteen rows' lanes transposed into one vector
-/// level by level, 47 instructions for the sixteen, and no scalar results to gather), and
-/// what follows them
-/// runs as loops over all the rows' results, which the compiler vectorizes: LayerNorm's
-/// square roots and divisions then go eight rows to an instruction. It does so only where
-/// each result has an array of its own ([`GroupMoments`], and the three arrays of
-/// `Layer::group_stats`): with the rows' [`Moments`] as structs, a `std::array::map` left as
-/// a call, and selects that shared a branch, AVX2 ran those loops in scalars, a division and
-/// a square root per row, and AVX-512 half of them (Intel Xeon, 256×64, harness, medians of
-/// 2001 calls, runs of the two builds alternating: the arrays took AVX-512 from 3.96–4.11 µs
-/// to 3.61, AVX2 from 3.94–4.05 to 3.72; the statistics alone, without the normalize sweeps,
-/// from 2.4–2.6 to 2.2 on both).
-///
-/// Measured on an Intel Xeon with AVX512-FP16 (LayerNorm with `γ`, `β`, median of 1001
-/// calls, by groups and by the row loop alternating call by call in one process): on AVX-512
-/// 1.16× at 256×64 (3997 against 4625 ns), 1.24× at 512×32, 1.16× at 170×96, 1.13× at
-/// 128×128, 1.21× at 1024×48, 1.17× at 2048×64; on AVX2 (short rows up to 64 values) 1.09×,
-/// 1.23×, –, –, 1.13×, 1.08×. Steps on the way, at 256×64 on AVX-512: the passes alone,
-/// each row's reductions and square root as in the row loop, 1.05×; finishing each row as
-/// its last reduction came rather than through an array (whose vector loads, by the
-/// compiler, of values just stored one at a time waited on store forwarding) 1.11×; the
-/// reductions together and the square roots in vectors, the rest. RMSNorm, whose rows have
-/// one reduction and nothing waiting on it but the square root, lost by groups (0.81–0.95×
-/// on AVX-512, 0.87–0.91× on AVX2, the passes alone) and keeps the row loop.
-///
-/// Rows that fill their block exactly (64 and 128 values on both ISAs, 256 on AVX-512) have
-/// a copy of the passes of their own, with no test for a tail and no weights in the
-/// deviations: 3.51–3.54 µs against 3.58–3.61 on AVX-512 at 256×64, 3.63 against 3.71–3.73
-/// on AVX2 (the same way).
-///
-/// The lanes are reduced in f32, then widened (they were widened first, and reduced in f64:
-/// the largest part of the statistics left then). [`merge_block`] reduces a row's the same
-/// way, so the row loop keeps the same bits, and the error bound holds with the extra
-/// roundings (module docs). Harness, medians of 2001 calls, runs of the two builds
-/// alternating, two each, against f64: on AVX-512 3.27–3.32 µs against 3.46 at 256×64,
-/// 5.83–5.84 against 6.34–6.43 at 512×32, 12.25–12.29 against 13.15–13.36 at 1024×48,
-/// 2.64–2.65 against 2.69–2.70 at 128×128; on AVX2 3.52–3.53 against 3.58 at 256×64,
-/// 4.72–4.75 against 4.87–4.91 at 512×32, even at 1024×48. The row loop's short rows
-/// (8192×64, 4 MiB) went from 0.76–0.78 of a copy to 0.81–0.82 (AVX-512) and from
-/// 0.93–0.95 to 0.97–0.98 (AVX2); rows with a tail (16×1000, 64×200) even.
-///
-/// What is left: a standalone model of the same passes with `d` fixed at 64 (no tails, `γ`,
-/// `β` held in registers, the rows' sums reduced sixteen at a time in f32) took 2.46 µs at
-/// 256×64 against 3.8 for the kernel of the time (same process, medians of 4001 calls; its
-/// normalize sweeps alone 1.30 µs, a copy of the same bytes 1.34). The kernel's normalize
-/// sweeps alone take 1.8–1.9 µs, and a copy of them for rows that fill their block (whole
-/// vectors, no loop over the row) ran no faster.
-///
-/// # Safety
-/// Rows `r0..r0 + n` lie in `call`, of `d ≥ 1` values, short ([`is_short`]); `n ≤ GROUP`;
-/// after `R` has read a row, `again` holds its values at the row's offset (`again` is `x`
-/// for a plain source, the stored `h` for an add source that stores it).
+/// The block `(B, FULL)` that [`merge_block`] and the groups hold a short row of `d` values
+/// in ([`is_short`]): `B` vectors ([`ACC`], [`BLOCK`] or [`WIDE`], the fewest that hold it),
+/// `FULL` where the row fills them exactly.
 #[inline(always)]
-pub(crate) unsafe fn group_moments<S: Simd, E: Element, R: RowSource<S, E>>(
-    s: S,
-    call: &NormCall<E>,
-    r0: usize,
-    n: usize,
-    again: *const E,
-    k: &[f32; GROUP],
-) -> GroupMoments {
-    // SAFETY: forwarded; as `merge_short` picks the block. Rows that fill their block
-    // exactly (64 and 128 values on both ISAs, 256 on AVX-512) have their own copy, without
-    // tails.
-    unsafe {
-        let d = call.d;
-        if d == ACC * S::LANES {
-            group_moments_of::<S, E, R, ACC, true>(s, call, r0, n, again, k)
-        } else if d < ACC * S::LANES {
-            group_moments_of::<S, E, R, ACC, false>(s, call, r0, n, again, k)
-        } else if d == BLOCK * S::LANES {
-            group_moments_of::<S, E, R, BLOCK, true>(s, call, r0, n, again, k)
-        } else if d < BLOCK * S::LANES {
-            group_moments_of::<S, E, R, BLOCK, false>(s, call, r0, n, again, k)
-        } else if d == WIDE * S::LANES {
-            group_moments_of::<S, E, R, WIDE, true>(s, call, r0, n, again, k)
-        } else {
-            group_moments_of::<S, E, R, WIDE, false>(s, call, r0, n, again, k)
-        }
-    }
+pub(crate) fn short_block<S: Simd>(d: usize) -> (usize, bool) {
+    let b = if d <= ACC * S::LANES {
+        ACC
+    } else if d <= BLOCK * S::LANES {
+        BLOCK
+    } else {
+        WIDE
+    };
+    (b, d == b * S::LANES)
 }
 
-/// [`group_moments`] over blocks of `B` vectors, `FULL` where `d = B·LANES`.
+/// The first pass of a short row of a group: the sum, as a tree of vectors, of the row's
+/// values minus `k`, read through `R` (for the f32 add forms: `h` built, stored and summed
+/// in one go). Its lanes are reduced with those of the group's other rows by
+/// [`group_means_of`]. The same values through the same operations as [`merge_block`]'s
+/// first pass, so the same bits.
 ///
 /// # Safety
-/// As [`group_moments`], with `d ≤ B·LANES`, equal where `FULL`.
+/// Row `row` lies in `call`, of `d ≤ B·LANES` values (equal where `FULL`).
 #[inline(always)]
-unsafe fn group_moments_of<S: Simd, E: Element, R: RowSource<S, E>, const B: usize, const FULL: bool>(
+pub(crate) unsafe fn group_row_sum<S: Simd, E: Element, R: RowSource<S, E>, const B: usize, const FULL: bool>(
     s: S,
     call: &NormCall<E>,
-    r0: usize,
-    n: usize,
-    again: *const E,
-    k: &[f32; GROUP],
-) -> GroupMoments {
+    row: usize,
+    k: f32,
+) -> S::V {
     let d = call.d;
-    // The rows of the group are read once per pass, from L1 after the first
-    // (`n·d ≤ GROUP·WIDE·LANES` values, 16 KiB on AVX-512). (Functions, not closures: see `load_block`.)
-    // SAFETY (all blocks): rows `r0..r0 + n` hold `d ≤ B·LANES` values each, in `call`
-    // and, once read through `R`, at `again`.
-    let mut v = [s.splat(0.0); GROUP];
-    for (j, v) in v[..n].iter_mut().enumerate() {
-        let (src, _) = unsafe { R::row(s, call, (r0 + j) * d) };
-        *v = tree(s, unsafe { load_block::<S, R, B, FULL>(s, &src, 0, d, s.splat(k[j])) });
-    }
-    let x = unsafe { again.add(r0 * d) };
-    // The reductions of all the rows at once, and the loops over their results for all of
-    // them (the rows past `n` are zero), each result in an array of its own, so that the
-    // compiler runs those loops in vectors.
-    let mut sums = [0.0; GROUP];
-    s.reduce_add_16(&v, &mut sums);
+    // SAFETY: by the caller's promise.
+    let (src, _) = unsafe { R::row(s, call, row * d) };
+    tree(s, unsafe { load_block::<S, R, B, FULL>(s, &src, 0, d, s.splat(k)) })
+}
+
+/// The means of the rows of a group of `d` values from their sums by [`group_row_sum`]
+/// (zero past the group's rows): the lanes of the sixteen reduced at once
+/// ([`Simd::reduce_add_16`]), then [`block_mean`] of each, as a loop over arrays that the
+/// compiler runs in vectors.
+#[inline(always)]
+pub(crate) fn group_means_of<S: Simd>(s: S, d: usize, sums: &[S::V; GROUP]) -> GroupMeans {
+    let mut sum = [0.0; GROUP];
+    s.reduce_add_16(sums, &mut sum);
     let (mut mean, mut mc) = ([0.0; GROUP], [0.0; GROUP]);
     for j in 0..GROUP {
-        (mean[j], mc[j]) = block_mean(sums[j] as f64, d);
+        (mean[j], mc[j]) = block_mean(sum[j] as f64, d);
     }
-    for (j, v) in v[..n].iter_mut().enumerate() {
-        *v = tree_deviations::<S, B, FULL>(
-            s,
-            unsafe { row_block::<S, E, B, FULL>(s, x, d, j, k[j]) },
-            d,
-            (mean[j], mc[j]),
-        );
-    }
-    s.reduce_add_16(&v, &mut sums);
+    GroupMeans { mean, mc }
+}
+
+/// The second pass of a short row of a group: the squares of its deviations from its mean
+/// `(mean, mc)` ([`block_mean`]), summed as a tree of vectors ([`tree_deviations`]), from
+/// row `row` of the values at `again` (`x`, or the `h` the first pass stored), read again
+/// from L1.
+///
+/// # Safety
+/// Row `row` of `d ≤ B·LANES` values (equal where `FULL`) lies at `again`.
+#[inline(always)]
+pub(crate) unsafe fn group_row_dev<S: Simd, E: Element, const B: usize, const FULL: bool>(
+    s: S,
+    again: *const E,
+    d: usize,
+    row: usize,
+    k: f32,
+    mean: (f64, f32),
+) -> S::V {
+    // SAFETY: by the caller's promise.
+    let z = unsafe { row_block::<S, E, B, FULL>(s, again, d, row, k) };
+    tree_deviations::<S, B, FULL>(s, z, d, mean)
+}
+
+/// The sums of squared deviations from the mean of the rows of a group of `d` values, from
+/// their trees by [`group_row_dev`] (zero past the group's rows) and their means: reduced
+/// and finished as in [`group_means_of`].
+#[inline(always)]
+pub(crate) fn group_m2_of<S: Simd>(s: S, d: usize, devs: &[S::V; GROUP], means: &GroupMeans) -> [f64; GROUP] {
+    let mut sum = [0.0; GROUP];
+    s.reduce_add_16(devs, &mut sum);
     let mut m2 = [0.0; GROUP];
     for j in 0..GROUP {
-        m2[j] = block_m2(sums[j] as f64, d, (mean[j], mc[j]));
+        m2[j] = block_m2(sum[j] as f64, d, (means.mean[j], means.mc[j]));
     }
-    GroupMoments { mean, m2 }
+    m2
+}
+
+/// The means of the rows of a group ([`group_means_of`]), row `j`'s in entry `j` of each
+/// array (an array each, so that the loops over them run in vectors).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct GroupMeans {
+    /// The means, in f64.
+    pub mean: [f64; GROUP],
+    /// The same, rounded to f32.
+    pub mc: [f32; GROUP],
 }
 
 /// Row `j` of the rows of `d ≤ B·LANES` values at `x` (equal where `FULL`), minus `k`, in
