@@ -822,12 +822,12 @@ const GROUPS_MAX_BYTES: usize = 1 << 20;
 /// (8192×64, 4 MiB) went from 0.76–0.78 of a copy to 0.81–0.82 (AVX-512) and from
 /// 0.93–0.95 to 0.97–0.98 (AVX2); rows with a tail (16×1000, 64×200) even.
 ///
-/// What is left: a standalone model of the same passes with `d` fixed at 64 (no tails, `γ`,
-/// `β` held in registers, the rows' sums reduced sixteen at a time in f32) took 2.46 µs at
-/// 256×64 against 3.8 for the kernel of the time (same process, medians of 4001 calls; its
-/// normalize sweeps alone 1.30 µs, a copy of the same bytes 1.34). The kernel's normalize
-/// sweeps alone take 1.8–1.9 µs, and a copy of them for rows that fill their block (whole
-/// vectors, no loop over the row) ran no faster.
+/// What was left then, before the pipeline below: a standalone model of the same passes with
+/// `d` fixed at 64 (no tails, `γ`, `β` held in registers, the rows' sums reduced sixteen at a
+/// time in f32) took 2.46 µs at 256×64 against 3.8 for the kernel of the time (same process,
+/// medians of 4001 calls; its normalize sweeps alone 1.30 µs, a copy of the same bytes 1.34).
+/// The kernel's normalize sweeps alone took 1.8–1.9 µs, and a copy of them for rows that fill
+/// their block (whole vectors, no loop over the row) ran no faster.
 ///
 /// Rows that fill their block (64 and 128 values, and 256 on AVX-512) are pipelined
 /// ([`pipelined`]): each row of a group is normalized beside the second pass of the same row

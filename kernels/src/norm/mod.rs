@@ -180,7 +180,8 @@
 //! 1.08–1.23× on AVX2 at 32 to 128 values a row (Intel Xeon). Where the rows fill their block,
 //! the groups are pipelined, each row of one group normalized beside the second pass of a row
 //! of the next and the first pass of a row of the one after: 1.08–1.14× more at 64 and 128
-//! values on AVX-512 (1.18–1.20× at 2048×64), 1.07–1.17× at 32 to 128 on AVX2.
+//! values on AVX-512 (1.18–1.20× at 2048×64, 1.03× at 256 values), 1.06–1.18× at 64 and 128
+//! values on AVX2 (1.00–1.17× at 512×32, two runs apart).
 //! A layout with the rows across the lanes was measured and dropped: `LANES` rows transposed
 //! in L1 a `LANES × LANES` block at a time, the per-lane Welford of the time with one row per lane,
 //! and the rows' f64 merges, square roots and divisions in f64 vectors. It gained 17% at
@@ -991,12 +992,10 @@ pub(crate) unsafe fn moments<S: Simd, R: Source<S>, P: Pending<S>>(
 unsafe fn merge_short<S: Simd, R: Source<S>>(s: S, src: &R, i: usize, d: usize, kv: S::V, total: &mut Moments) {
     // SAFETY: forwarded.
     unsafe {
-        if d - i <= ACC * S::LANES {
-            merge_block::<S, R, ACC>(s, src, i, d, kv, total);
-        } else if d - i <= BLOCK * S::LANES {
-            merge_block::<S, R, BLOCK>(s, src, i, d, kv, total);
-        } else {
-            merge_block::<S, R, WIDE>(s, src, i, d, kv, total);
+        match short_block::<S>(d - i).0 {
+            ACC => merge_block::<S, R, ACC>(s, src, i, d, kv, total),
+            BLOCK => merge_block::<S, R, BLOCK>(s, src, i, d, kv, total),
+            _ => merge_block::<S, R, WIDE>(s, src, i, d, kv, total),
         }
     }
 }
