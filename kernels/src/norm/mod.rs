@@ -126,6 +126,9 @@
 //! the row's end). With that, the prefetch gains less (two runs of the same comparison, the
 //! contenders interleaved call by call): swept 4096×1024 0.63–0.66 against 0.60–0.63,
 //! 1024×4096 0.56–0.57 against 0.50–0.54; back to back 0.69–0.82 against 0.60–0.64.
+//! LayerNorm's rows now prefetch into the level-2 cache rather than the level-1, which on
+//! Zen 4 took add_layer_norm with `h` at 4096×1024 1.3–1.4× faster on AVX-512 and
+//! 1.3–1.6× on AVX2 (see `PREFETCH_MIN`).
 //!
 //! In cache the pipeline wins nothing on Zen 4. A standalone AVX-512 model of LayerNorm
 //! without it (per row a sum pass, a pass of squared deviations, both from L1, then the
@@ -365,6 +368,24 @@ const SQUARE_STEPS: usize = 8;
 /// medians of 41 calls back to back, two runs: 0.86–0.90× on AVX-512, 0.94–0.96× on AVX2),
 /// `d = 1024` gained 1.06–1.08×: a row ahead of 16 KiB with `γ`, `β` and the previous row
 /// overflows the 48 KiB L1.
+///
+/// LayerNorm's rows (the two-pass chunks of the plain calls, the Welford chunks of the add
+/// forms) prefetch into the level-2 cache ([`Simd::prefetch_l2`], `prefetcht1`); RMSNorm's
+/// into the level-1. On Zen 4 (AMD EPYC, 1 MiB L2, 32 MiB L3) a model of LayerNorm's traffic
+/// at 4096×1024 (per span of 256 values a sum pass and a squares pass, then the streamed
+/// normalize of the same span of the row before) took 1.09–1.33 times as long as a streaming
+/// copy of the same bytes with its prefetches into L1 a row ahead, and 0.97–1.03 times with
+/// them into L2 4 to 8 KiB ahead (two runs); reading one row over and over (in L1) rather
+/// than the rows from L3, it took as long as its streaming stores alone. The kernels, in a harness (µs,
+/// the 25th percentile of 7 rounds of 41 back-to-back calls, three alternating runs of each
+/// build, level-2 against level-1): add_layer_norm with `h` 4096×1024 2396–2587 against
+/// 3247–3453 on AVX-512 and 2015–2517 against 2602–3914 on AVX2, 1024×4096 3162–3325
+/// against 3401–3783 on AVX2 and even on AVX-512; LayerNorm 4096×1024 738–922 against
+/// 852–1392 on AVX2 and even on AVX-512, 1024×4096 1284–1297 against 1338–1727 on AVX-512 and
+/// even on AVX2. RMSNorm with a gain lost with it on AVX-512 at 4096×1024 (1288–1635 against
+/// 820–1245, four runs of four), gained on AVX2 (706–827 against 822–1123 at both shapes) and
+/// was mixed on AVX-512 at 1024×4096: it keeps the level-1 hint. The level-2 hint was not
+/// measured on Intel.
 pub(crate) const PREFETCH_MIN: usize = 512;
 
 /// Vectors of a row short enough to be held in registers by [`merge_block`], which gathers its
@@ -455,10 +476,11 @@ pub(crate) trait Source<S: Simd> {
     unsafe fn partial(&self, s: S, i: usize, n: usize) -> S::V;
     /// Whether this source prefetches the inputs of the next row.
     fn prefetches(&self) -> bool;
-    /// Prefetches element `i` of the inputs of the next row; only where [`Source::prefetches`].
-    /// (The sweeps test that once per chunk, not once per line: measured on AVX2, the test in
-    /// the Welford step took 4 of its 36 instructions.)
-    fn prefetch(&self, s: S, i: usize);
+    /// Prefetches element `i` of the inputs of the next row, into the level-2 cache where `l2`
+    /// and into the level-1 otherwise (see [`Accumulate::PREFETCH_L2`]); only where
+    /// [`Source::prefetches`]. (The sweeps test that once per chunk, not once per line:
+    /// measured on AVX2, the test in the Welford step took 4 of its 36 instructions.)
+    fn prefetch(&self, s: S, i: usize, l2: bool);
 }
 
 /// A [`Source`] over the rows of a [`NormCall`], with what the normalize sweep of a row reads.
@@ -528,12 +550,18 @@ unsafe fn ahead_of<E: Element>(call: &NormCall<E>, off: usize) -> [*const E; 2] 
     }
 }
 
-/// Prefetches element `i` of the first `N` rows at `ahead`, which are not null.
+/// Prefetches element `i` of the first `N` rows at `ahead`, which are not null, into the
+/// level-2 cache where `l2`, else into the level-1.
 #[inline(always)]
-fn prefetch_ahead<S: Simd, E, const N: usize>(s: S, i: usize, ahead: &[*const E; 2]) {
+fn prefetch_ahead<S: Simd, E, const N: usize>(s: S, i: usize, ahead: &[*const E; 2], l2: bool) {
     for p in &ahead[..N] {
         debug_assert!(!p.is_null());
-        s.prefetch(p.wrapping_add(i).cast());
+        let p = p.wrapping_add(i).cast();
+        if l2 {
+            s.prefetch_l2(p);
+        } else {
+            s.prefetch(p);
+        }
     }
 }
 
@@ -566,8 +594,8 @@ impl<S: Simd, E: Element, const TWO_PASS: bool> Source<S> for Plain<E, TWO_PASS>
         !self.ahead[0].is_null()
     }
     #[inline(always)]
-    fn prefetch(&self, s: S, i: usize) {
-        prefetch_ahead::<S, E, 1>(s, i, &self.ahead);
+    fn prefetch(&self, s: S, i: usize, l2: bool) {
+        prefetch_ahead::<S, E, 1>(s, i, &self.ahead, l2);
     }
 }
 
@@ -735,9 +763,9 @@ impl<S: Simd, E: Element, const BIAS: bool> Source<S> for AddResidual<S, E, BIAS
         !self.ahead[0].is_null()
     }
     #[inline(always)]
-    fn prefetch(&self, s: S, i: usize) {
+    fn prefetch(&self, s: S, i: usize, l2: bool) {
         // `r` is not null in the add forms, nor then its row ahead.
-        prefetch_ahead::<S, E, 2>(s, i, &self.ahead);
+        prefetch_ahead::<S, E, 2>(s, i, &self.ahead, l2);
     }
 }
 
@@ -1102,6 +1130,10 @@ unsafe fn chunk_pass<S: Simd, R: Source<S>, A: Accumulate<S>, P: Pending<S>>(
 /// What a chunk loop sums: [`Accumulate::step`] folds a vector `v` of the row into an
 /// accumulator.
 trait Accumulate<S: Simd> {
+    /// Whether the loop's prefetches of the next row go to the level-2 cache
+    /// ([`Simd::prefetch_l2`]) rather than the level-1 ([`Simd::prefetch`]); see
+    /// [`PREFETCH_MIN`].
+    const PREFETCH_L2: bool;
     fn step(&self, s: S, acc: S::V, v: S::V) -> S::V;
 }
 
@@ -1109,6 +1141,7 @@ trait Accumulate<S: Simd> {
 struct Deviations<V>(V);
 
 impl<S: Simd> Accumulate<S> for Deviations<S::V> {
+    const PREFETCH_L2: bool = true;
     #[inline(always)]
     fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
         s.add(acc, s.sub(self.0, v))
@@ -1120,6 +1153,7 @@ impl<S: Simd> Accumulate<S> for Deviations<S::V> {
 struct Centred<V>(V);
 
 impl<S: Simd> Accumulate<S> for Centred<S::V> {
+    const PREFETCH_L2: bool = true;
     #[inline(always)]
     fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
         let t = s.sub(self.0, v);
@@ -1131,6 +1165,7 @@ impl<S: Simd> Accumulate<S> for Centred<S::V> {
 struct Squared;
 
 impl<S: Simd> Accumulate<S> for Squared {
+    const PREFETCH_L2: bool = false;
     #[inline(always)]
     fn step(&self, s: S, acc: S::V, v: S::V) -> S::V {
         s.mul_add(v, v, acc)
@@ -1204,7 +1239,7 @@ unsafe fn accumulate_with<S: Simd, R: Source<S>, A: Accumulate<S>, const PREFETC
     while i < end {
         for (a, acc) in acc.iter_mut().enumerate() {
             if PREFETCH && lines.take(a * lanes) {
-                src.prefetch(s, i + a * lanes);
+                src.prefetch(s, i + a * lanes, A::PREFETCH_L2);
             }
             // SAFETY: inside the chunk.
             *acc = op.step(s, *acc, unsafe { src.full(s, i + a * lanes) });
@@ -1232,7 +1267,7 @@ unsafe fn welford_chunk<S: Simd, R: Source<S>, const PREFETCH: bool>(
     let mut m = [kv; ACC];
     for (a, m) in m.iter_mut().enumerate() {
         if PREFETCH && Lines::All.take(a * lanes) {
-            src.prefetch(s, i + a * lanes);
+            src.prefetch(s, i + a * lanes, true);
         }
         // SAFETY (all loads): step `i` reads `i..i + ACC·LANES`, inside the chunk.
         *m = s.sub(unsafe { src.full(s, i + a * lanes) }, kv);
@@ -1243,7 +1278,7 @@ unsafe fn welford_chunk<S: Simd, R: Source<S>, const PREFETCH: bool>(
         let rk = s.splat(rk);
         for a in 0..ACC {
             if PREFETCH && Lines::All.take(a * lanes) {
-                src.prefetch(s, i + a * lanes);
+                src.prefetch(s, i + a * lanes, true);
             }
             let z = s.sub(unsafe { src.full(s, i + a * lanes) }, kv);
             let delta = s.sub(z, m[a]);

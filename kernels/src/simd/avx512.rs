@@ -226,6 +226,11 @@ impl Simd for Avx512 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
     #[inline(always)]
+    fn prefetch_l2(self, p: *const f32) {
+        // SAFETY: as `prefetch`.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) }
+    }
+    #[inline(always)]
     fn prefetch_write(self, p: *const f32) {
         super::prefetchw(p)
     }

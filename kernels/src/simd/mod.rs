@@ -214,6 +214,14 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn prefetch(self, p: *const f32) {
         let _ = p;
     }
+    /// Hints that the cache line holding `p` will be read, but not before a while: fetched
+    /// into the level-2 cache rather than the level-1 (x86's `prefetcht1`), so that lines
+    /// fetched well ahead neither wait in nor crowd the small level-1 cache. Never faults. The
+    /// default does nothing.
+    #[inline(always)]
+    fn prefetch_l2(self, p: *const f32) {
+        let _ = p;
+    }
     /// Hints that the cache line holding `p` will be written soon: fetched for ownership
     /// now, so that the store to it does not wait for the line. Never faults. On x86 it is
     /// PREFETCHW, which only CPUs that list it in CPUID may run
