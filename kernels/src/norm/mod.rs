@@ -127,8 +127,8 @@
 //! contenders interleaved call by call): swept 4096×1024 0.63–0.66 against 0.60–0.63,
 //! 1024×4096 0.56–0.57 against 0.50–0.54; back to back 0.69–0.82 against 0.60–0.64.
 //! LayerNorm's rows now prefetch into the level-2 cache rather than the level-1, which on
-//! Zen 4 took add_layer_norm with `h` at 4096×1024 1.3–1.4× faster on AVX-512 and
-//! 1.3–1.6× on AVX2 (see `PREFETCH_MIN`).
+//! Zen 4 took add_layer_norm with `h` at 4096×1024 1.33–1.39× faster on AVX-512 and
+//! 1.29–1.56× on AVX2 (see `PREFETCH_MIN`).
 //!
 //! In cache the pipeline wins nothing on Zen 4. A standalone AVX-512 model of LayerNorm
 //! without it (per row a sum pass, a pass of squared deviations, both from L1, then the
@@ -376,9 +376,9 @@ const SQUARE_STEPS: usize = 8;
 /// normalize of the same span of the row before) took 1.09–1.33 times as long as a streaming
 /// copy of the same bytes with its prefetches into L1 a row ahead, and 0.97–1.03 times with
 /// them into L2 4 to 8 KiB ahead (two runs); reading one row over and over (in L1) rather
-/// than the rows from L3, it took as long as its streaming stores alone. The kernels, in a harness (µs,
-/// the 25th percentile of 7 rounds of 41 back-to-back calls, three alternating runs of each
-/// build, level-2 against level-1): add_layer_norm with `h` 4096×1024 2396–2587 against
+/// than the rows from L3, it took as long as its streaming stores alone. The kernels, in a
+/// harness (µs, the 25th percentile of 7 rounds of 41 back-to-back calls, three alternating
+/// runs of each build, level-2 against level-1): add_layer_norm with `h` 4096×1024 2396–2587 against
 /// 3247–3453 on AVX-512 and 2015–2517 against 2602–3914 on AVX2, 1024×4096 3162–3325
 /// against 3401–3783 on AVX2 and even on AVX-512; LayerNorm 4096×1024 738–922 against
 /// 852–1392 on AVX2 and even on AVX-512, 1024×4096 1284–1297 against 1338–1727 on AVX-512 and
@@ -477,7 +477,8 @@ pub(crate) trait Source<S: Simd> {
     /// Whether this source prefetches the inputs of the next row.
     fn prefetches(&self) -> bool;
     /// Prefetches element `i` of the inputs of the next row, into the level-2 cache where `l2`
-    /// and into the level-1 otherwise (see [`Accumulate::PREFETCH_L2`]); only where
+    /// and into the level-1 otherwise (LayerNorm's chunk loops ask for the level-2, RMSNorm's
+    /// for the level-1: see [`Accumulate::PREFETCH_L2`] and [`PREFETCH_MIN`]); only where
     /// [`Source::prefetches`]. (The sweeps test that once per chunk, not once per line:
     /// measured on AVX2, the test in the Welford step took 4 of its 36 instructions.)
     fn prefetch(&self, s: S, i: usize, l2: bool);
@@ -1249,7 +1250,8 @@ unsafe fn accumulate_with<S: Simd, R: Source<S>, A: Accumulate<S>, const PREFETC
 }
 
 /// The per-lane Welford accumulators `(m, M)` of the chunk of `steps ≤ STEPS` steps from `i`
-/// (values minus `k`, splat in `kv`), prefetching the next row's where `PREFETCH`.
+/// (values minus `k`, splat in `kv`), prefetching the next row's into the level-2 cache where
+/// `PREFETCH` (the Welford chunks are those of LayerNorm's add forms; see [`PREFETCH_MIN`]).
 ///
 /// # Safety
 /// `src` covers `i..i + steps·ACC·LANES`; `PREFETCH` only where `src.prefetches()`.
