@@ -1100,6 +1100,27 @@ const COLUMN_SPAN: usize = 1024;
 /// that `γ` and `β` are read from L1 by all but the first row. The bits are those of the
 /// row loop: the same statistics, and the same sweep of each value.
 ///
+/// Beyond 1 MiB the row loop stays. Forced on there, by columns gains in LayerNorm's
+/// 1024×4096 but loses elsewhere (module docs); the variant that keeps the row loop's
+/// overlap was measured too and lost. In that variant, each group's sweeps by columns ran
+/// as the trail of the next group's statistics, in shares proportional to how far those
+/// statistics were, and a group had as many rows as 128 KiB holds. Zen 4, harness, 25th
+/// percentiles of 5 rounds, two to four alternating processes each:
+/// - Beyond the last-level cache (1024×4096, `y` streamed, AVX-512), against the row loop,
+///   as a multiple of a same-process streaming copy: 2.95–3.21× against 1.70–2.06×.
+/// - Groups of 256 KiB instead: 2.83–3.19×.
+/// - With one row a group, where the order is the row loop's: 3.07–3.17×.
+/// - With ordinary stores it was even (2.44–2.89 ms against 2.43–2.70).
+/// - In the L3, it gained on AVX-512 (LayerNorm 64×4096 51.6–52.6 µs against 57.3–57.7,
+///   256×4096 229 against 243; add_layer_norm with `h` 64×4096 75.6–76.0 against
+///   85.5–85.8) and lost on AVX2 (LayerNorm 64×4096 80.4–81.0 against 57.7–58.0, 256×4096
+///   355–363 against 241).
+///
+/// Even with one row a group it was slower in the L3 (128×4096: 134–144 µs against 110–121).
+/// So the cost is in the bookkeeping itself. A profile (AVX2, 256×4096) shows the trail's
+/// cursor, inlined into the two-pass chunks, spilling about fifteen general registers to
+/// the stack at each call, with the samples piling up just after those stores.
+///
 /// # Safety
 /// As [`norm_rows`], with `R` the source the row loop would read the call through.
 #[inline(always)]
