@@ -1117,9 +1117,22 @@ const COLUMN_SPAN: usize = 1024;
 ///   355–363 against 241).
 ///
 /// Even with one row a group it was slower in the L3 (128×4096: 134–144 µs against 110–121).
-/// So the cost is in the bookkeeping itself. A profile (AVX2, 256×4096) shows the trail's
-/// cursor, inlined into the two-pass chunks, spilling about fifteen general registers to
-/// the stack at each call, with the samples piling up just after those stores.
+/// A profile (AVX2, 256×4096) shows the trail's cursor, inlined into the two-pass chunks,
+/// spilling about fifteen general registers to the stack at each call, with the samples
+/// piling up just after those stores.
+///
+/// A variant without a cursor lost as well, so the cursor is not the whole cause. In it,
+/// groups of `g` rows are split into `g` spans of `d/g` values, and the statistics of row
+/// `j` of a group have span `j` of every row of the group before as their trail (same
+/// harness, `g` 8 or 4 at `d = 4096`):
+/// - beyond the last-level cache, 2.68–3.52× a streaming copy against 1.90–1.92×;
+/// - in the L3 on AVX-512, LayerNorm 64×4096 59.4–60.6 µs against 57.8 and 256×4096
+///   251.6–256.7 against 237.7–239.6;
+/// - on AVX2, 64×4096 64.1–65.4 against 57.2–57.7.
+///
+/// What the two have in common: a row is swept up to two groups of rows after its
+/// statistics, where the row loop sweeps it during the statistics of the next row. Whether
+/// that is the cause was not measured.
 ///
 /// # Safety
 /// As [`norm_rows`], with `R` the source the row loop would read the call through.
