@@ -1100,12 +1100,16 @@ const COLUMN_SPAN: usize = 1024;
 /// that `γ` and `β` are read from L1 by all but the first row. The bits are those of the
 /// row loop: the same statistics, and the same sweep of each value.
 ///
-/// Beyond 1 MiB the row loop stays. Forced on there, by columns gains in LayerNorm's
-/// 1024×4096 but loses elsewhere (module docs); the variant that keeps the row loop's
-/// overlap was measured too and lost. In that variant, each group's sweeps by columns ran
-/// as the trail of the next group's statistics, in shares proportional to how far those
-/// statistics were, and a group had as many rows as 128 KiB holds. Zen 4, harness, 25th
-/// percentiles of 5 rounds, two to four alternating processes each:
+/// Beyond 1 MiB the row loop stays. Forced on there, by columns was mixed (Zen 4, harness,
+/// 25th percentiles, ms): LayerNorm at 1024×4096 gained (AVX-512 0.99–1.08 against
+/// 1.11–1.22, AVX2 0.97–0.98 against 1.07–1.17), but lost at 512×8192 (AVX-512 1.25–1.27
+/// against 1.06–1.11), as did add_layer_norm with `h` on AVX2 at 1024×4096 (2.35–2.48
+/// against 2.14–2.17). It gives up the row loop's overlap of reading one row with writing
+/// another; a variant that keeps it was measured too, and lost. In that variant, each
+/// group's sweeps by columns ran as the trail of the next group's statistics, in shares
+/// proportional to how far those statistics were, and a group had as many rows as 128 KiB
+/// holds. Zen 4, harness, 25th percentiles of 5 rounds, two to four alternating processes
+/// each:
 /// - Beyond the last-level cache (1024×4096, `y` streamed, AVX-512), against the row loop,
 ///   as a multiple of a same-process streaming copy: 2.95–3.21× against 1.70–2.06×.
 /// - Groups of 256 KiB instead: 2.83–3.19×.
