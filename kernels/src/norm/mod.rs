@@ -152,6 +152,20 @@
 //! 512×8192 LayerNorm 1.7–2.0 against 2.8–2.9. Two rows' `h` and `y` and the `γ`, `β` spans all
 //! sit at the same offsets modulo 4 KiB, six streams in one set of an 8-way cache. A gain on
 //! one cache geometry and a loss of up to 2.4× on another: every row length goes by rows.
+//! Retried on Zen 4 (32 KiB 8-way L1, 1 MiB L2) for LayerNorm's rows of at least 4096 values
+//! in calls beyond 1 MiB, where `by_columns` does not go: the sweeps of rows `r − 2` and
+//! `r − 1` ran over the first half of the columns behind the statistics of row `r` and over
+//! the second behind those of row `r + 1`, both rows a span at a time (the same bits). A model
+//! of the traffic had gained: per span of 256 values a sum and a squares pass of the row, the
+//! next row prefetched into L2 8 KiB ahead, and the streamed normalize of both rows half a
+//! span at a time, `γ` and `β` loaded once for the two, took 0.84–1.11 ms at 1024×4096
+//! against 1.10–1.21 for the same model by rows. The kernel did not follow (harness, 25th
+//! percentiles of 5 rounds of 20 calls, three alternating runs, ms, by pairs against by rows):
+//! LayerNorm 1024×4096 1.24–1.42 against 1.17–1.37 on AVX-512 and 1.08–1.20 against
+//! 1.04–1.35 on AVX2, 512×8192 1.44–1.80 against 1.26–1.41 and 1.32–1.58 against 1.14–1.72;
+//! add_layer_norm with `h` 1024×4096 3.16–3.49 against 3.02–3.29 and 2.81–3.48 against
+//! 3.10–3.90. A profile (AVX-512, 1024×4096) puts most of its time on the first pass's loads
+//! of the row and on the streaming stores.
 //!
 //! The f32 add forms with rows of at most 128 values, in calls within the last-level cache, go
 //! by blocks of rows instead (8 KiB per operand): the add for the whole block, storing `h`,
@@ -227,6 +241,26 @@
 //! last-level cache. With the caches flushed between calls, LayerNorm gained 1.15× and 1.44×
 //! (4096×1024, 1024×4096) and RMSNorm 1.38× and 1.09×. The report holds these rows against a
 //! copy with streaming stores, which gains the same way.
+//!
+//! # Against the copy beyond L2
+//!
+//! Where LayerNorm's time goes in the report's calls beyond L2 (16 MiB per operand, `y`
+//! streamed, `x` left in the last-level cache between calls as in a streaming copy). Zen 4
+//! (AMD EPYC, 32 KiB L1, 1 MiB L2, 32 MiB L3), harness, page-aligned operands, 25th
+//! percentiles of 5 rounds of 20 back-to-back calls, three alternating runs, AVX-512 and AVX2:
+//! - The streaming copy is bound by its stores: 0.60–0.63 ms, against 0.59–0.60 for the
+//!   streaming stores alone and 0.24–0.28 for the reads of `x` alone.
+//! - At `d = 4096`, `γ` and `β` make most of the gap. LayerNorm with both took 0.99–1.21 ms
+//!   at 1024×4096 (0.50–0.53 of the copy on AVX-512, 0.53–0.62 on AVX2), with `γ` alone
+//!   0.80–1.02, with neither 0.67–0.74 (0.82–0.90 of the copy on both ISAs). A row's `γ` and
+//!   `β` are 32 KiB, the whole L1, so in the row loop they come from L2 for every row; the
+//!   orders that keep them in L1 across rows (`layer_norm::by_columns`, by pairs above) lost
+//!   beyond 1 MiB.
+//! - At `d = 1024` the computation alone is about as long as the copy: in cache (16×1024)
+//!   LayerNorm took 2.17–2.42 µs, 0.56–0.62 ms at the 4 Mi elements of 4096×1024, where the
+//!   copy took 0.60–0.63. Beyond L2 it took 0.79–1.15 ms (0.54–0.77 of the copy), and
+//!   0.70–0.86 with neither `γ` nor `β`: 0.85 of the copy would need nearly all of its
+//!   computation hidden under the stores.
 //!
 //! # Error bound
 //!
