@@ -253,9 +253,11 @@
 //! - At `d = 4096`, `γ` and `β` make most of the gap. LayerNorm with both took 0.99–1.21 ms
 //!   at 1024×4096 (0.50–0.53 of the copy on AVX-512, 0.53–0.62 on AVX2), with `γ` alone
 //!   0.80–1.02, with neither 0.67–0.74 (0.82–0.90 of the copy on both ISAs). A row's `γ` and
-//!   `β` are 32 KiB, the whole L1, so in the row loop they come from L2 for every row; the
-//!   orders that keep them in L1 across rows (`layer_norm::by_columns`, by pairs above) lost
-//!   beyond 1 MiB.
+//!   `β` are 32 KiB, the whole L1, so in the row loop they come from L2 for every row. No
+//!   order that keeps them in L1 across rows has won beyond 1 MiB on every shape and ISA:
+//!   by columns gained LayerNorm at 1024×4096 but lost at 512×8192 and add_layer_norm with
+//!   `h` on AVX2, its pipelined variants lost (see `layer_norm::by_columns`), and so did
+//!   rows by pairs (above).
 //! - At `d = 1024` the computation alone is about as long as the copy: in cache (16×1024)
 //!   LayerNorm took 2.17–2.42 µs, 0.56–0.62 ms at the 4 Mi elements of 4096×1024, where the
 //!   copy took 0.60–0.63. Beyond L2 it took 0.79–1.15 ms (0.54–0.77 of the copy), and
