@@ -5,7 +5,7 @@ use std::fmt::Debug;
 
 use half::{bf16, f16};
 
-use crate::dispatch::{Entries, Table};
+use crate::dispatch::{Kernels, Op};
 use crate::simd::Simd;
 
 /// A storage type of tensors: `f32`, [`half::f16`] or [`half::bf16`]. Sealed.
@@ -45,11 +45,52 @@ pub trait Element: sealed::Sealed + Copy + Default + PartialEq + Debug + Send + 
     fn from_f32(x: f32) -> Self;
 }
 
+/// A family of types with one member per storage type: a kernel's call for tensors of `E`.
+pub(crate) trait PerElement {
+    /// The member for `E`.
+    type Of<E: Element>;
+}
+
+/// A member of a [`PerElement`] family, its storage type a value rather than a type parameter.
+///
+/// The public functions are generic over `E`, and a generic function is compiled in every
+/// crate that calls it, with all it inlines. So each kernel's public function only validates
+/// and turns its call into a `Typed`, which it hands to a function of its module that is not
+/// generic: that one, with the three instances of the kernel below it, is compiled once, here.
+pub(crate) enum Typed<F: PerElement> {
+    F32(F::Of<f32>),
+    F16(F::Of<f16>),
+    Bf16(F::Of<bf16>),
+}
+
+impl<F: PerElement> Typed<F> {
+    /// Runs the member, an [`Op`], on the ISA of `k`.
+    ///
+    /// # Safety
+    /// As [`Op::eval`] for the member.
+    #[inline(always)]
+    pub(crate) unsafe fn run<T>(self, k: &Kernels) -> T
+    where
+        F::Of<f32>: Op<Output = T>,
+        F::Of<f16>: Op<Output = T>,
+        F::Of<bf16>: Op<Output = T>,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match self {
+                Typed::F32(op) => k.run(op),
+                Typed::F16(op) => k.run(op),
+                Typed::Bf16(op) => k.run(op),
+            }
+        }
+    }
+}
+
 pub(crate) mod sealed {
     use super::*;
 
-    /// The per-ISA vector loads and stores of a storage type, and its entry points in a
-    /// dispatch table. Private: the set of element types is closed.
+    /// The per-ISA vector loads and stores of a storage type. Private: the set of element
+    /// types is closed.
     #[allow(private_bounds, private_interfaces)]
     pub trait Sealed: Sized {
         /// Whether this is `f32` itself (a kernel may then keep intermediates in the output).
@@ -66,8 +107,10 @@ pub(crate) mod sealed {
         /// # Safety
         /// `p..p + n` must be writable, `n < LANES`.
         unsafe fn store_partial<S: Simd>(s: S, p: *mut Self, n: usize, v: S::V);
-        /// The entry points of `table` for this type.
-        fn entries(table: &'static Table) -> &'static Entries<Self>;
+        /// `x` as the member of its family for this type.
+        fn typed<F: PerElement>(x: F::Of<Self>) -> Typed<F>
+        where
+            Self: Element;
     }
 }
 
@@ -130,14 +173,14 @@ impl sealed::Sealed for f32 {
         // SAFETY: forwarded.
         unsafe { s.store_partial(p, n, v) }
     }
-    fn entries(table: &'static Table) -> &'static Entries<f32> {
-        &table.f32
+    fn typed<F: PerElement>(x: F::Of<f32>) -> Typed<F> {
+        Typed::F32(x)
     }
 }
 
 /// Implements `Sealed` for a 16-bit type through the `Simd` methods with the given suffix.
 macro_rules! sealed_16 {
-    ($t:ty, $field:ident, $load:ident, $store:ident, $load_partial:ident, $store_partial:ident) => {
+    ($t:ty, $variant:ident, $load:ident, $store:ident, $load_partial:ident, $store_partial:ident) => {
         #[allow(private_bounds, private_interfaces)]
         impl sealed::Sealed for $t {
             const IS_F32: bool = false;
@@ -161,12 +204,12 @@ macro_rules! sealed_16 {
                 // SAFETY: as `load`.
                 unsafe { s.$store_partial(p.cast(), n, v) }
             }
-            fn entries(table: &'static Table) -> &'static Entries<$t> {
-                &table.$field
+            fn typed<F: PerElement>(x: F::Of<$t>) -> Typed<F> {
+                Typed::$variant(x)
             }
         }
     };
 }
 
-sealed_16!(f16, f16, load_f16, store_f16, load_partial_f16, store_partial_f16);
-sealed_16!(bf16, bf16, load_bf16, store_bf16, load_partial_bf16, store_partial_bf16);
+sealed_16!(f16, F16, load_f16, store_f16, load_partial_f16, store_partial_f16);
+sealed_16!(bf16, Bf16, load_bf16, store_bf16, load_partial_bf16, store_partial_bf16);

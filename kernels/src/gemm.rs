@@ -19,8 +19,9 @@
 
 use std::array;
 
-use crate::simd::Simd;
-use crate::Element;
+use crate::dispatch::{Kernels, Op};
+use crate::element::Element;
+use crate::simd::{Simd, TileOp};
 
 /// Micro-blocks of `MR` rows per row block (`MB = ROW_BLOCKS·MR`).
 pub(crate) const ROW_BLOCKS: usize = 8;
@@ -30,77 +31,66 @@ pub(crate) const ROW_BLOCKS: usize = 8;
 pub(crate) const MAX_MR: usize = 16;
 pub(crate) const MAX_NR: usize = 64;
 
-/// The register tile of each ISA: `MR` rows by `NV` vectors, i.e. `MR·NV` accumulators plus
-/// `NV` loaded vectors and one broadcast, sized to the register file. Every kernel built on
-/// the micro-kernel has a method here, instantiated with the ISA's tile.
-pub(crate) trait Tile: Simd {
-    /// Columns of a packed panel of `B`: `NV·LANES`.
-    const NR: usize;
-    /// Packs `B[k, n]` into panels of [`Tile::NR`] columns, as [`pack_b`].
+/// Checks, at compile time, that a tile of `MR` rows by `NV` vectors fits the bounds
+/// workspaces are sized with. Every [`TileOp`] that sizes buffers by them calls it.
+#[inline(always)]
+pub(crate) const fn assert_tile_fits<S: Simd, const MR: usize, const NV: usize>() {
+    const {
+        assert!(MR <= MAX_MR && NV * S::LANES <= MAX_NR && MAX_NR.is_multiple_of(NV * S::LANES));
+    }
+}
+
+/// Packs `B[k, n]` (row stride `ldb`) into the panels of the ISA's tile.
+struct PackPanels<'a> {
+    b: &'a [f32],
+    ldb: usize,
+    k: usize,
+    n: usize,
+    dst: &'a mut Vec<f32>,
+}
+
+impl Op for PackPanels<'_> {
+    type Output = ();
+
+    /// # Safety
+    /// None beyond the token's: the slices are checked here.
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: `PackPanels` is itself a `TileOp` with no safety conditions.
+        unsafe { s.with_tile(self) }
+    }
+}
+
+impl TileOp for PackPanels<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd, const MR: usize, const NV: usize>(self, s: S) {
+        let nr = NV * S::LANES;
+        let PackPanels { b, ldb, k, n, dst } = self;
+        assert!(
+            ldb >= n && (k == 0 || n == 0 || (k - 1) * ldb + n <= b.len()),
+            "pack_panels: B too short"
+        );
+        dst.clear();
+        dst.resize(packed_len(k, n, nr), 0.0);
+        // SAFETY: `b` covers `k` rows of `ldb ≥ n` floats (asserted); `dst` holds
+        // `packed_len(k, n, nr)` floats; `nr` is a multiple of `LANES`.
+        unsafe { pack_b(s, b.as_ptr(), ldb, k, n, nr, dst.as_mut_ptr()) }
+    }
+}
+
+impl Kernels {
+    /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile, into
+    /// `dst`, which it resizes to their length.
     ///
-    /// # Safety
-    /// As [`pack_b`] with `nr = NR`.
-    unsafe fn pack_panels(self, b: *const f32, ldb: usize, k: usize, n: usize, dst: *mut f32);
-    /// # Safety
-    /// As [`crate::attention::run`].
-    unsafe fn attention<E: Element>(self, call: &crate::attention::AttentionCall<E>);
-    /// # Safety
-    /// As [`crate::gau::run`].
-    unsafe fn gau<E: Element>(self, call: &crate::gau::GauCall<E>);
+    /// # Panics
+    /// If `b` does not hold `k` rows of `ldb ≥ n` floats: callers pass checked weights.
+    pub(crate) fn pack_panels(&self, b: &[f32], ldb: usize, k: usize, n: usize, dst: &mut Vec<f32>) {
+        // SAFETY: the op checks its slices.
+        unsafe { self.run(PackPanels { b, ldb, k, n, dst }) }
+    }
 }
-
-macro_rules! tile {
-    ($simd:ty, $mr:literal, $nv:literal, $why:literal) => {
-        #[doc = $why]
-        impl Tile for $simd {
-            const NR: usize = $nv * <$simd as Simd>::LANES;
-            #[inline(always)]
-            unsafe fn pack_panels(self, b: *const f32, ldb: usize, k: usize, n: usize, dst: *mut f32) {
-                // SAFETY: forwarded from the caller.
-                unsafe { pack_b(self, b, ldb, k, n, Self::NR, dst) }
-            }
-            #[inline(always)]
-            unsafe fn attention<E: Element>(self, call: &crate::attention::AttentionCall<E>) {
-                // SAFETY: forwarded from the caller.
-                unsafe { crate::attention::run::<Self, E, $mr, $nv>(self, call) }
-            }
-            #[inline(always)]
-            unsafe fn gau<E: Element>(self, call: &crate::gau::GauCall<E>) {
-                // SAFETY: forwarded from the caller.
-                unsafe { crate::gau::run::<Self, E, $mr, $nv>(self, call) }
-            }
-        }
-    };
-}
-
-tile!(
-    crate::simd::scalar::Scalar,
-    4,
-    4,
-    "16 accumulators: what 16 general FP registers hold without spilling."
-);
-#[cfg(target_arch = "x86_64")]
-tile!(
-    crate::simd::avx2::Avx2,
-    6,
-    2,
-    "12 of 16 ymm registers as accumulators, 16 columns per tile."
-);
-#[cfg(target_arch = "x86_64")]
-tile!(
-    crate::simd::avx512::Avx512,
-    6,
-    4,
-    "24 of 32 zmm registers as accumulators, 64 columns per tile: measured 9–11% faster than 12×2 on \
-     attention and GAU (twice the keys per tile halve the per-row cost of the online softmax)."
-);
-#[cfg(target_arch = "aarch64")]
-tile!(
-    crate::simd::neon::Neon,
-    6,
-    4,
-    "24 of 32 q registers as accumulators, 16 columns per tile."
-);
 
 /// Floats of a packed `B[k, n]` for panels of `nr` columns.
 pub(crate) fn packed_len(k: usize, n: usize, nr: usize) -> usize {

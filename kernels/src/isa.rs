@@ -1,9 +1,6 @@
-//! Instruction sets, their detection, and the `KERNELS_ISA` override.
+//! Instruction sets and their detection.
 
 use std::fmt;
-use std::str::FromStr;
-
-use crate::Error;
 
 /// An instruction set the kernels are compiled for.
 ///
@@ -47,19 +44,6 @@ impl Isa {
         }
     }
 
-    /// `Ok` if this CPU and this build can run the ISA, else an error that says what is missing.
-    pub fn check(self) -> Result<(), Error> {
-        let missing = missing_features(self);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::IsaUnavailable {
-                isa: self,
-                reason: missing,
-            })
-        }
-    }
-
     /// Whether this CPU and this build can run the ISA.
     pub fn is_available(self) -> bool {
         missing_features(self).is_empty()
@@ -67,7 +51,7 @@ impl Isa {
 }
 
 /// The features of `isa` that this CPU or build lacks, as a readable list; empty if none.
-fn missing_features(isa: Isa) -> String {
+pub(crate) fn missing_features(isa: Isa) -> String {
     match isa {
         Isa::Scalar => String::new(),
         Isa::Avx2 | Isa::Avx512 => x86_missing(isa),
@@ -123,18 +107,5 @@ pub fn best_isa() -> Isa {
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for Isa {
-    type Err = Error;
-
-    /// Parses a name as `KERNELS_ISA` spells it (case-insensitive, surrounding blanks ignored).
-    fn from_str(s: &str) -> Result<Self, Error> {
-        let name = s.trim().to_ascii_lowercase();
-        Isa::ALL
-            .into_iter()
-            .find(|isa| isa.name() == name)
-            .ok_or_else(|| Error::UnknownIsa { name: s.to_string() })
     }
 }

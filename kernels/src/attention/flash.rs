@@ -14,35 +14,94 @@
 
 use std::array;
 
-use super::{AttentionCall, AttentionShape};
-use crate::gemm::{pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
+use crate::dispatch::Op;
+use crate::element::Element;
+use crate::gemm::{assert_tile_fits, pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
-use crate::simd::Simd;
-use crate::{Element, MaskedRows};
+use crate::simd::{Simd, TileOp};
+use crate::softmax::MaskedRows;
 
-/// Floats of workspace any ISA needs for `shape`: K tiles and V rows of one kv head, padded
-/// to `MAX_NR` keys and value columns, plus one block's output rows and probability tile,
-/// plus (last, read only when the storage type is not f32) one block of queries widened to
-/// f32, `MAX_MR × Dk`.
-pub(super) fn workspace_len(shape: &AttentionShape) -> Option<usize> {
-    let keys = shape.kv_len.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
-    let dv_pad = shape.value_dim.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
-    let k = keys.checked_mul(shape.head_dim)?;
+/// A validated attention call. Every pointer covers what the dimensions give (`q`
+/// `B·H·Lq·Dk`, `k` `B·Hkv·Lk·Dk`, `v` `B·Hkv·Lk·Dv`, `out` `B·H·Lq·Dv`, `scores` and `prev`
+/// `B·H·Lq·Lk`, the mask its layout by its strides, `key_lengths` `B` entries each ≤ `Lk`);
+/// `out` and `scores` are distinct from the inputs; `H` is a multiple of `Hkv`; the workspace
+/// holds [`workspace_len`] floats.
+#[derive(Clone, Copy)]
+pub(super) struct AttentionCall<E> {
+    pub batch: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub q_len: usize,
+    pub kv_len: usize,
+    pub head_dim: usize,
+    pub value_dim: usize,
+    pub q: *const E,
+    pub k: *const E,
+    pub v: *const E,
+    pub out: *mut E,
+    /// Null when not asked for.
+    pub scores: *mut f32,
+    /// Null when absent.
+    pub prev: *const f32,
+    /// Null when absent.
+    pub mask: *const f32,
+    /// Elements between the masks of consecutive batches and heads (0 where broadcast).
+    pub mask_batch_stride: usize,
+    pub mask_head_stride: usize,
+    /// Null when absent (then every key is valid).
+    pub key_lengths: *const usize,
+    pub causal: bool,
+    pub scale: f32,
+    /// `1/(ℓ+1)`, or `None` without running mean.
+    pub mean_factor: Option<f32>,
+    pub carry_masked: bool,
+    pub masked_rows: MaskedRows,
+    pub workspace: *mut f32,
+}
+
+impl<E: Element> Op for AttentionCall<E> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: the call's contract.
+        unsafe { s.with_tile(self) }
+    }
+}
+
+impl<E: Element> TileOp for AttentionCall<E> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd, const MR: usize, const NV: usize>(self, s: S) {
+        assert_tile_fits::<S, MR, NV>();
+        // SAFETY: the call's contract; the tile fits the workspace's bounds.
+        unsafe { run::<S, E, MR, NV>(s, &self) }
+    }
+}
+
+/// Floats of workspace any ISA needs for `Lk` keys of dimension `Dk` and values of `Dv`: K
+/// tiles and V rows of one kv head, padded to `MAX_NR` keys and value columns, plus one
+/// block's output rows and probability tile, plus (last, read only when the storage type is
+/// not f32) one block of queries widened to f32, `MAX_MR × Dk`. `None` if it overflows.
+pub(super) fn workspace_len(kv_len: usize, head_dim: usize, value_dim: usize) -> Option<usize> {
+    let keys = kv_len.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
+    let dv_pad = value_dim.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
+    let k = keys.checked_mul(head_dim)?;
     let v = keys.checked_mul(dv_pad)?;
     let block = MAX_MR.checked_mul(dv_pad.checked_add(MAX_NR)?)?;
-    let q = MAX_MR.checked_mul(shape.head_dim)?;
+    let q = MAX_MR.checked_mul(head_dim)?;
     k.checked_add(v)?.checked_add(block)?.checked_add(q)
 }
 
 /// Runs a whole attention call.
 ///
 /// # Safety
-/// `call` must be validated by `Kernels::attention`: every pointer covers what its shape
-/// gives, outputs are distinct from inputs, the workspace holds `workspace_len` floats.
+/// As [`AttentionCall`]; `MR ≤ MAX_MR` and `NV·LANES` divides `MAX_NR`.
 #[inline(always)]
-pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &AttentionCall<E>) {
-    let AttentionShape {
+unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &AttentionCall<E>) {
+    let AttentionCall {
         batch,
         heads,
         kv_heads,
@@ -50,7 +109,8 @@ pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(
         kv_len,
         head_dim: dk,
         value_dim: dv,
-    } = c.shape;
+        ..
+    } = *c;
     let nr = NV * S::LANES;
     let tiles = kv_len.div_ceil(nr);
     let dv_pad = dv.div_ceil(nr) * nr;
@@ -170,14 +230,14 @@ impl Block {
     /// As [`run`]; the block's rows lie inside head `(b, h)`.
     #[inline(always)]
     unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(&self, s: S, c: &AttentionCall<E>) {
-        let AttentionShape {
+        let AttentionCall {
             heads,
             q_len,
             kv_len,
             head_dim: dk,
             value_dim: dv,
             ..
-        } = c.shape;
+        } = *c;
         let lanes = S::LANES;
         let nr = self.nr;
         let neg_inf = s.splat(f32::NEG_INFINITY);
@@ -412,9 +472,9 @@ impl Block {
         allowed: &[usize; MR],
         live_tiles: usize,
     ) {
-        let AttentionShape {
+        let AttentionCall {
             heads, q_len, kv_len, ..
-        } = c.shape;
+        } = *c;
         let lanes = S::LANES;
         let neg_inf = s.splat(f32::NEG_INFINITY);
         let j0 = t * self.nr;

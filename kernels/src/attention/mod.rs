@@ -115,10 +115,11 @@
 
 mod flash;
 
-use crate::dispatch::Kernels;
-use crate::{Element, Error, MaskedRows};
-
-pub(crate) use flash::run;
+use crate::dispatch::{with_detected, Kernels};
+use crate::element::{Element, PerElement, Typed};
+use crate::error::Error;
+use crate::softmax::MaskedRows;
+use flash::{workspace_len, AttentionCall};
 
 /// Shapes of an attention call (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +224,7 @@ impl AttentionWorkspace {
     /// A workspace already large enough for calls of `shape`.
     pub fn for_shape(shape: &AttentionShape) -> Self {
         let mut ws = Self::new();
-        if let Some(len) = flash::workspace_len(shape) {
+        if let Some(len) = workspace_len(shape.kv_len, shape.head_dim, shape.value_dim) {
             ws.buf.resize(len, 0.0);
         }
         ws
@@ -236,34 +237,6 @@ impl AttentionWorkspace {
         }
         &mut self.buf[..len]
     }
-}
-
-/// A validated call, in the raw form the per-ISA entry points take.
-#[derive(Clone, Copy)]
-pub(crate) struct AttentionCall<E> {
-    pub shape: AttentionShape,
-    pub q: *const E,
-    pub k: *const E,
-    pub v: *const E,
-    pub out: *mut E,
-    /// Null when not asked for.
-    pub scores: *mut f32,
-    /// Null when absent.
-    pub prev: *const f32,
-    /// Null when absent.
-    pub mask: *const f32,
-    /// Elements between the masks of consecutive batches and heads (0 where broadcast).
-    pub mask_batch_stride: usize,
-    pub mask_head_stride: usize,
-    /// Null when absent (then every key is valid).
-    pub key_lengths: *const usize,
-    pub causal: bool,
-    pub scale: f32,
-    /// `1/(ℓ+1)`, or `None` without running mean.
-    pub mean_factor: Option<f32>,
-    pub carry_masked: bool,
-    pub masked_rows: MaskedRows,
-    pub workspace: *mut f32,
 }
 
 impl Kernels {
@@ -315,14 +288,16 @@ impl Kernels {
                 values,
                 shape: MaskShape::Shared,
             }) => {
-                Error::check_len("mask", "Lq·Lk for MaskShape::Shared", lq * lk, values.len())?;
+                let n = Error::product("mask", &[lq, lk])?;
+                Error::check_len("mask", "Lq·Lk for MaskShape::Shared", n, values.len())?;
                 (0, 0)
             }
             Some(AdditiveMask {
                 values,
                 shape: MaskShape::PerBatch,
             }) => {
-                Error::check_len("mask", "B·Lq·Lk for MaskShape::PerBatch", b * lq * lk, values.len())?;
+                let n = Error::product("mask", &[b, lq, lk])?;
+                Error::check_len("mask", "B·Lq·Lk for MaskShape::PerBatch", n, values.len())?;
                 (lq * lk, 0)
             }
             Some(AdditiveMask {
@@ -347,13 +322,19 @@ impl Kernels {
         if !scale.is_finite() {
             return Err(Error::param("scale", "a finite number", scale));
         }
-        let ws_len = flash::workspace_len(shape)
+        let ws_len = workspace_len(lk, dk, dv)
             .ok_or_else(|| Error::shape("shape", "a workspace size that fits in memory", format!("{shape:?}")))?;
         if out.is_empty() && scores.as_ref().is_none_or(|s| s.is_empty()) {
             return Ok(());
         }
         let call = AttentionCall {
-            shape: *shape,
+            batch: b,
+            heads: h,
+            kv_heads: hkv,
+            q_len: lq,
+            kv_len: lk,
+            head_dim: dk,
+            value_dim: dv,
             q: q.as_ptr(),
             k: k.as_ptr(),
             v: v.as_ptr(),
@@ -371,10 +352,67 @@ impl Kernels {
             masked_rows: opts.masked_rows,
             workspace: workspace.reserve(ws_len).as_mut_ptr(),
         };
-        // SAFETY: the ISA of the table was checked when `self` was made; every pointer covers
-        // the length its shape gives (checked above), the workspace holds `workspace_len`
-        // floats, and `out`/`scores` are exclusive borrows, distinct from the inputs.
-        unsafe { (self.entries::<E>().attention)(&call) };
+        // SAFETY: every pointer covers the length its shape gives (checked above), the
+        // workspace holds `workspace_len` floats, and `out`/`scores` are exclusive borrows,
+        // distinct from the inputs.
+        unsafe { self.run_attention(E::typed(call)) };
         Ok(())
     }
+
+    /// Runs a validated call. Not generic: the kernel is compiled in this crate (see
+    /// [`Typed`]).
+    ///
+    /// # Safety
+    /// As [`AttentionCall`].
+    unsafe fn run_attention(&self, call: Typed<Attention>) {
+        // SAFETY: forwarded.
+        unsafe { call.run(self) }
+    }
+}
+
+/// The attention calls of every storage type.
+struct Attention;
+
+impl PerElement for Attention {
+    type Of<E: Element> = AttentionCall<E>;
+}
+
+/// Scaled-dot-product attention with an additive mask and RealFormer residual scores:
+/// `S = scale·Q·Kᵀ + P`, `Z = S/(ℓ+1) + M` (−∞ where masked), `O = softmax(Z)·V`, with `S` (or
+/// `Z`) written to `scores` when given. Allocates a fresh workspace (after validating the
+/// call); keep an [`AttentionWorkspace`] and call [`Kernels::attention`] to avoid that.
+///
+/// Shapes, options, policies, storage types (`q`, `k`, `v`, `out` in any [`Element`]; the
+/// mask and scores in f32) and the error bound are in the [module docs](mod@crate::attention).
+///
+/// # Errors
+/// [`Error::Shape`] naming the first argument whose length does not match `shape` (or a
+/// `shape` field that is inconsistent); [`Error::Param`] for a non-finite scale or a key length
+/// beyond `kv_len`.
+///
+/// ```
+/// use kernels::{AttentionOptions, AttentionShape};
+///
+/// // One head, two queries, three keys of dimension 2; the second query sees only 2 keys.
+/// let shape = AttentionShape::self_attention(1, 1, 2, 2);
+/// let shape = AttentionShape { kv_len: 3, ..shape };
+/// let (q, k, v) = (vec![1.0f32; 4], vec![0.5; 6], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// let mut out = vec![0.0; 4];
+/// let mut scores = vec![0.0; 6]; // S, for the next layer
+/// let opts = AttentionOptions { causal: true, ..Default::default() };
+/// kernels::attention(&shape, &q, &k, &v, &mut out, Some(&mut scores), &opts)?;
+/// // Bottom-right causal: query 0 sees keys 0..2, query 1 all 3, with equal scores.
+/// assert!((out[0] - 2.0).abs() < 1e-6 && (out[2] - 3.0).abs() < 1e-6);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn attention<E: Element>(
+    shape: &AttentionShape,
+    q: &[E],
+    k: &[E],
+    v: &[E],
+    out: &mut [E],
+    scores: Option<&mut [f32]>,
+    opts: &AttentionOptions,
+) -> Result<(), Error> {
+    with_detected(|kern| kern.attention(shape, q, k, v, out, scores, opts, &mut AttentionWorkspace::new()))
 }

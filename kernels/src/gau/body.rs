@@ -3,15 +3,73 @@
 
 use std::array;
 
-use super::{GauCall, GauShape, Normalizer, Rope};
+use super::options::{GauShape, Normalizer, Rope};
+use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{
-    gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR, MAX_NR, ROW_BLOCKS,
+    assert_tile_fits, gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR,
+    MAX_NR, ROW_BLOCKS,
 };
 use crate::math::activation::swish;
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
-use crate::simd::Simd;
+use crate::simd::{Simd, TileOp};
+
+/// A validated GAU call: every pointer covers what the shape gives, the workspace holds
+/// [`workspace_len`] floats, the RoPE table `T·s` floats when RoPE is on, and `out` is
+/// distinct from the inputs.
+#[derive(Clone, Copy)]
+pub(super) struct GauCall<E> {
+    pub shape: GauShape,
+    pub x: *const E,
+    pub w_in: *const f32,
+    /// Null when absent.
+    pub b_in: *const f32,
+    pub gamma_q: *const f32,
+    pub beta_q: *const f32,
+    pub gamma_k: *const f32,
+    pub beta_k: *const f32,
+    pub w_out: *const f32,
+    /// Null when absent.
+    pub b_out: *const f32,
+    pub out: *mut E,
+    pub scale: f32,
+    pub normalizer: Normalizer,
+    /// Null when absent.
+    pub key_lengths: *const usize,
+    pub causal: bool,
+    /// Null when absent.
+    pub bias: *const f32,
+    pub rope: Option<Rope>,
+    /// GAU-α's `min_len`, when the attention is softmax-plus.
+    pub softmax_plus: Option<usize>,
+    /// `[T][s/2]` pairs `(cos, sin)` when `rope` is set.
+    pub rope_table: *const f32,
+    pub workspace: *mut f32,
+    /// `w_in` and `w_out` are already packed for this ISA's panels ([`PackedGauWeights`]).
+    pub packed: bool,
+}
+
+impl<E: Element> Op for GauCall<E> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: the call's contract.
+        unsafe { s.with_tile(self) }
+    }
+}
+
+impl<E: Element> TileOp for GauCall<E> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd, const MR: usize, const NV: usize>(self, s: S) {
+        assert_tile_fits::<S, MR, NV>();
+        // SAFETY: the call's contract; the tile fits the workspace's bounds.
+        unsafe { run::<S, E, MR, NV>(s, &self) }
+    }
+}
 
 /// Regions of the workspace, in floats, sized with the largest tile of any ISA.
 struct Layout {
@@ -28,7 +86,7 @@ struct Layout {
 }
 
 impl Layout {
-    /// `packed`: the weights come packed ([`super::PackedGauWeights`]), so the workspace
+    /// `packed`: the weights come packed (`PackedGauWeights`), so the workspace
     /// holds no copy of them.
     fn new(shape: &GauShape, widen_x: bool, packed: bool) -> Option<Layout> {
         let GauShape {
@@ -163,12 +221,11 @@ impl<S: Simd, E: Element, const MR: usize, const NV: usize> Epilogue<S, MR, NV> 
 /// Runs a whole GAU call.
 ///
 /// # Safety
-/// `call` must be validated by `Kernels::gau`: every pointer covers what its shape gives, the
-/// workspace holds `workspace_len` floats, the RoPE table `T·s` floats when RoPE is on.
+/// As [`GauCall`]; `MR ≤ MAX_MR` and `NV·LANES` divides `MAX_NR`.
 // `m` indexes the block's micro-block states, alphas and buffers together.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-pub(crate) unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &GauCall<E>) {
+unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &GauCall<E>) {
     let GauShape {
         batch,
         seq_len: t,

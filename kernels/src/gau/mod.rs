@@ -60,121 +60,21 @@
 //! 4. `(U ⊙ A·V)·W_o` with `b_o` added to the tile before it is stored.
 
 mod body;
+mod options;
 
-use crate::dispatch::Kernels;
-use crate::{Element, Error};
-
-pub(crate) use body::run;
-
-/// Sizes of a GAU call (see the [module docs](self)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GauShape {
-    /// `B`.
-    pub batch: usize,
-    /// `T`, the sequence length.
-    pub seq_len: usize,
-    /// `d`, the model width (≥ 1).
-    pub dim: usize,
-    /// `e`, the expanded width of U and V (≥ 1; 2d in the paper).
-    pub expand: usize,
-    /// `s`, the width of the shared Q/K projection (≥ 1; 128 in the paper).
-    pub qk_dim: usize,
-}
-
-/// The score scale `c`.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum ScoreScale {
-    /// `1/√s`, the paper's.
-    #[default]
-    InvSqrtQkDim,
-    /// `1/T`.
-    InvSeqLen,
-    /// A given finite constant.
-    Value(f32),
-}
-
-/// The normalizer `l_i` that divides `relu²`.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum Normalizer {
-    /// `T`, the paper's.
-    #[default]
-    SeqLen,
-    /// The number of keys row `i` may see (padding and causality), at least 1.
-    ValidKeys,
-    /// A given constant, finite and > 0.
-    Value(f32),
-}
-
-/// Rotary position embedding on Q and K.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rope {
-    /// Rotates the pairs `(2m, 2m+1)` (GPT-J, RoFormer).
-    Interleaved,
-    /// Rotates the pairs `(m, m + s/2)` (GPT-NeoX, LLaMA).
-    HalfSplit,
-}
-
-/// The weights of a GAU.
-#[derive(Debug, Clone, Copy)]
-pub struct GauWeights<'a> {
-    /// `W_in[d, 2e+s]`, row-major: columns `0..e` give U, `e..2e` V, `2e..` Z.
-    pub w_in: &'a [f32],
-    /// Bias of the input projection, `[2e+s]`.
-    pub b_in: Option<&'a [f32]>,
-    /// `γ_q [s]`.
-    pub gamma_q: &'a [f32],
-    /// `β_q [s]`.
-    pub beta_q: &'a [f32],
-    /// `γ_k [s]`.
-    pub gamma_k: &'a [f32],
-    /// `β_k [s]`.
-    pub beta_k: &'a [f32],
-    /// `W_o[e, d]`, row-major.
-    pub w_out: &'a [f32],
-    /// Bias of the output projection, `[d]`.
-    pub b_out: Option<&'a [f32]>,
-}
-
-/// Options of [`gau`](crate::gau()); `Default` gives the paper's GAU.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct GauOptions<'a> {
-    /// `c`.
-    pub scale: ScoreScale,
-    /// `l`.
-    pub normalizer: Normalizer,
-    /// Valid keys per batch (`B` entries, each ≤ `T`).
-    pub key_lengths: Option<&'a [usize]>,
-    /// Query `i` sees only keys `j ≤ i`.
-    pub causal: bool,
-    /// An additive score bias `B[T, T]`, shared by the batch (e.g. relative positions).
-    pub bias: Option<&'a [f32]>,
-    /// Rotary embedding of Q and K (`s` must be even).
-    pub rope: Option<Rope>,
-    /// The attention of the unit: the paper's `relu²` (default) or GAU-α's softmax-plus.
-    pub attention: GauAttention,
-}
-
-/// Which attention the GAU applies to its scores `S = c·Q·Kᵀ + B`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GauAttention {
-    /// `A = relu(S)²/l`, the paper's (FLASH); no normalization by a sum.
-    #[default]
-    Relu2,
-    /// GAU-α's softmax-plus: `A_ij = softmax_j(S_ij·ln(max(n_i, min_len))/ln 512)` over the
-    /// allowed keys, `n_i` the number of keys row `i` sees (the normalizer `l` is not used).
-    /// `min_len = 512` leaves sequences up to 512 tokens with a plain softmax.
-    SoftmaxPlus {
-        /// The length below which the factor is 1 (≥ 1).
-        min_len: usize,
-    },
-}
+use crate::dispatch::{with_detected, Kernels};
+use crate::element::{Element, PerElement, Typed};
+use crate::error::Error;
+use crate::isa::Isa;
+use body::GauCall;
+pub use options::{GauAttention, GauOptions, GauShape, GauWeights, Normalizer, Rope, ScoreScale};
 
 /// The weights of a GAU packed once for the kernels of one ISA, by
 /// [`Kernels::pack_gau_weights`]; used by [`Kernels::gau_packed`] of the same ISA. Owns its
 /// copies: the caller's weights may change or go afterwards.
 #[derive(Debug, Clone)]
 pub struct PackedGauWeights {
-    isa: crate::Isa,
+    isa: Isa,
     /// `(d, e, s)`.
     dims: (usize, usize, usize),
     w_in: Vec<f32>,
@@ -189,7 +89,7 @@ pub struct PackedGauWeights {
 
 impl PackedGauWeights {
     /// The ISA whose kernels these weights were packed for.
-    pub fn isa(&self) -> crate::Isa {
+    pub fn isa(&self) -> Isa {
         self.isa
     }
 }
@@ -211,39 +111,6 @@ impl GauWorkspace {
     pub fn new() -> Self {
         Self::default()
     }
-}
-
-/// A validated call, in the raw form the per-ISA entry points take.
-#[derive(Clone, Copy)]
-pub(crate) struct GauCall<E> {
-    pub shape: GauShape,
-    pub x: *const E,
-    pub w_in: *const f32,
-    /// Null when absent.
-    pub b_in: *const f32,
-    pub gamma_q: *const f32,
-    pub beta_q: *const f32,
-    pub gamma_k: *const f32,
-    pub beta_k: *const f32,
-    pub w_out: *const f32,
-    /// Null when absent.
-    pub b_out: *const f32,
-    pub out: *mut E,
-    pub scale: f32,
-    pub normalizer: Normalizer,
-    /// Null when absent.
-    pub key_lengths: *const usize,
-    pub causal: bool,
-    /// Null when absent.
-    pub bias: *const f32,
-    pub rope: Option<Rope>,
-    /// GAU-α's `min_len`, when the attention is softmax-plus.
-    pub softmax_plus: Option<usize>,
-    /// `[T][s/2]` pairs `(cos, sin)` when `rope` is set.
-    pub rope_table: *const f32,
-    pub workspace: *mut f32,
-    /// `w_in` and `w_out` are already packed for this ISA's panels ([`PackedGauWeights`]).
-    pub packed: bool,
 }
 
 impl Kernels {
@@ -446,12 +313,29 @@ impl Kernels {
             workspace: workspace.buf.as_mut_ptr(),
             packed,
         };
-        // SAFETY: the ISA of the table was checked when `self` was made; every pointer covers
-        // the length its shape gives (checked above), the workspace holds `workspace_len`
-        // floats, the RoPE table `T·s` when RoPE is on, and `out` is an exclusive borrow.
-        unsafe { (self.entries::<E>().gau)(&call) };
+        // SAFETY: every pointer covers the length its shape gives (checked above), the
+        // workspace holds `workspace_len` floats, the RoPE table `T·s` when RoPE is on, and
+        // `out` is an exclusive borrow.
+        unsafe { self.run_gau(E::typed(call)) };
         Ok(())
     }
+
+    /// Runs a validated call. Not generic: the kernel is compiled in this crate (see
+    /// [`Typed`]).
+    ///
+    /// # Safety
+    /// As [`GauCall`].
+    unsafe fn run_gau(&self, call: Typed<Gau>) {
+        // SAFETY: forwarded.
+        unsafe { call.run(self) }
+    }
+}
+
+/// The GAU calls of every storage type.
+struct Gau;
+
+impl PerElement for Gau {
+    type Of<E: Element> = GauCall<E>;
 }
 
 /// Checks `weights` against the dimensions of `shape` (each nonzero).
@@ -497,4 +381,25 @@ fn check_weights(shape: &GauShape, weights: &GauWeights) -> Result<(), Error> {
         Error::check_len(arg, "s", s, v.len())?;
     }
     Ok(())
+}
+
+/// The gated attention unit: `[U|V|Z] = swish(X·W_in + b)`, `Q, K` per-dimension affine maps
+/// of `Z`, `A = relu²(c·Q·Kᵀ + B)/l` (masked), `O = (U ⊙ A·V)·W_o + b_o`, fused. Allocates a
+/// fresh workspace; keep a [`GauWorkspace`] and call [`Kernels::gau`] to avoid that.
+///
+/// Shapes, options, storage types (`x` and `out` in any [`Element`]; the weights in f32) and
+/// the error bound are in the [module docs](mod@crate::gau).
+///
+/// # Errors
+/// [`Error::Shape`] naming the first argument whose length does not match `shape` (or a zero
+/// width, or an odd `qk_dim` with RoPE); [`Error::Param`] for a non-finite scale, a
+/// normalizer that is not finite and positive, or a key length beyond `seq_len`.
+pub fn gau<E: Element>(
+    shape: &GauShape,
+    x: &[E],
+    weights: &GauWeights,
+    opts: &GauOptions,
+    out: &mut [E],
+) -> Result<(), Error> {
+    with_detected(|k| k.gau(shape, x, weights, opts, out, &mut GauWorkspace::new()))
 }

@@ -68,22 +68,18 @@ impl<S: Simd> super::Map<S> for Swish {
     }
 }
 
-/// `dst[i] = σ(src[i])`.
-///
-/// # Safety
-/// As [`super::map_row`].
-#[inline(always)]
-pub(crate) unsafe fn sigmoid_row<S: Simd, E: Element>(s: S, src: *const E, dst: *mut E, n: usize) {
-    // SAFETY: forwarded from the caller.
-    unsafe { super::map_row(s, src, dst, n, Sigmoid) }
+impl super::Elementwise for Sigmoid {
+    #[inline(always)]
+    unsafe fn row<S: Simd, A: Element, B: Element>(self, s: S, src: *const A, dst: *mut B, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { super::map_row(s, src, dst, n, self) }
+    }
 }
 
-/// `dst[i] = swish(src[i])`.
-///
-/// # Safety
-/// As [`super::map_row`].
-#[inline(always)]
-pub(crate) unsafe fn swish_row<S: Simd, E: Element>(s: S, src: *const E, dst: *mut E, n: usize) {
-    // SAFETY: forwarded from the caller.
-    unsafe { super::map_row(s, src, dst, n, Swish) }
+impl super::Elementwise for Swish {
+    #[inline(always)]
+    unsafe fn row<S: Simd, A: Element, B: Element>(self, s: S, src: *const A, dst: *mut B, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { super::map_row(s, src, dst, n, self) }
+    }
 }

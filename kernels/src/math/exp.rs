@@ -118,12 +118,10 @@ impl<S: Simd> super::Map<S> for Exp {
     }
 }
 
-/// `dst[i] = exp(src[i])` for `i < n`.
-///
-/// # Safety
-/// As [`super::map_row`].
-#[inline(always)]
-pub(crate) unsafe fn exp_row<S: Simd, E: Element>(s: S, src: *const E, dst: *mut E, n: usize) {
-    // SAFETY: forwarded from the caller.
-    unsafe { super::map_row(s, src, dst, n, Exp) }
+impl super::Elementwise for Exp {
+    #[inline(always)]
+    unsafe fn row<S: Simd, A: Element, B: Element>(self, s: S, src: *const A, dst: *mut B, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { super::map_row(s, src, dst, n, self) }
+    }
 }

@@ -35,6 +35,25 @@ impl<S: Simd> Map<S> for Identity {
     }
 }
 
+/// An element-wise function every ISA runs, for the ops of the public maps (`exp`,
+/// `sigmoid`, …): its [`Elementwise::row`] is [`map_row`] of itself. (A bound `F: Map<S>`
+/// cannot be stated for every `S` at once; this trait states it per function.)
+pub(crate) trait Elementwise: Copy {
+    /// `dst[i] = f(src[i])` for `i < n`.
+    ///
+    /// # Safety
+    /// As [`map_row`].
+    unsafe fn row<S: Simd, A: Element, B: Element>(self, s: S, src: *const A, dst: *mut B, n: usize);
+}
+
+impl Elementwise for Identity {
+    #[inline(always)]
+    unsafe fn row<S: Simd, A: Element, B: Element>(self, s: S, src: *const A, dst: *mut B, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { map_row(s, src, dst, n, self) }
+    }
+}
+
 /// Applies `f` to every vector of a row: `dst[i] = f(src[i])` for `i < n`, loading `A` and
 /// storing `B` (each element widened, then rounded once on store).
 ///

@@ -20,8 +20,9 @@ use super::{
     Idle, Moments, Plain, RowStats, ACC, MAX_LANES, RECIP, STEPS,
 };
 use crate::dispatch::Kernels;
+use crate::element::{Element, PerElement, Typed};
+use crate::error::Error;
 use crate::simd::Simd;
-use crate::{Element, Error};
 
 /// Options of [`batch_norm`](crate::batch_norm()) and
 /// [`batch_norm_train`](crate::batch_norm_train()).
@@ -126,7 +127,7 @@ impl Kernels {
         if len > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
             // what `BatchNormCall` says, as checked above; `y` equals `x` or is disjoint from it.
-            unsafe { (self.entries::<E>().batch_norm)(&call) }
+            unsafe { self.run_batch_norm(E::typed(call)) }
         }
         Ok(())
     }
@@ -231,13 +232,42 @@ impl Kernels {
 /// (inference): a multiple of every vector width.
 const INFERENCE_RUN: usize = 1024;
 
+/// The BatchNorm calls of every storage type.
+struct BatchNorm;
+
+impl PerElement for BatchNorm {
+    type Of<E: Element> = BatchNormCall<E>;
+}
+
+impl Kernels {
+    /// Runs a validated call. Not generic: the kernel is compiled in this crate (see
+    /// [`Typed`]).
+    ///
+    /// # Safety
+    /// As [`BatchNormCall`].
+    unsafe fn run_batch_norm(&self, call: Typed<BatchNorm>) {
+        // SAFETY: forwarded.
+        unsafe { call.run(self) }
+    }
+}
+
+impl<E: Element> crate::dispatch::Op for BatchNormCall<E> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: the call's contract.
+        unsafe { batch_norm_call(s, &self) }
+    }
+}
+
 /// Entry of the generic body.
 ///
 /// # Safety
 /// `call` is validated: `x`, `y` cover `N·C·S` elements (equal if they overlap), the
 /// per-channel pointers cover `C` floats or are null where optional.
 #[inline(always)]
-pub(crate) unsafe fn batch_norm_call<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
+unsafe fn batch_norm_call<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         if call.train {

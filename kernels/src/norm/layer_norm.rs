@@ -5,9 +5,12 @@ use super::{
     load_n, moments, moments_f64, mut_ptr_of, ptr_of, rstd_of, short_block, write_span, AddResidual, Affine,
     GroupMeans, Idle, Output, Pending, Plain, RowSource, Source, Values, ACC, BLOCK, GROUP, WIDE,
 };
+use std::marker::PhantomData;
+
 use crate::dispatch::Kernels;
+use crate::element::{Element, PerElement, Typed};
+use crate::error::Error;
 use crate::simd::Simd;
-use crate::{Element, Error};
 
 /// Options of [`layer_norm`](crate::layer_norm()) and
 /// [`add_layer_norm`](crate::add_layer_norm()): the affine parameters and ε.
@@ -67,6 +70,7 @@ pub(crate) enum NormKind {
 }
 
 /// A validated LayerNorm or RMSNorm call, plain or with the residual add, in raw form.
+#[derive(Clone, Copy)]
 pub(crate) struct NormCall<E> {
     pub kind: NormKind,
     pub x: *const E,
@@ -292,10 +296,10 @@ impl Kernels {
             prefetch_y,
         };
         if rows > 0 {
-            // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
-            // what `NormCall` says, as checked above; outputs alias inputs only where the
-            // in-place forms put `y` (or `h`) on `x`, which the sweeps allow.
-            unsafe { (self.entries::<E>().norm)(&call) }
+            // SAFETY: every pointer covers what `NormCall` says, as checked above; outputs alias
+            // inputs only where the in-place forms put `y` (or `h`) on `x`, which the sweeps
+            // allow.
+            unsafe { self.run_norm(E::typed(call)) }
         }
         Ok(())
     }
@@ -421,75 +425,109 @@ impl Kernels {
     }
 }
 
-/// An ISA's entry point for one instance of the LayerNorm and RMSNorm bodies: a
-/// `#[target_feature]` function of its dispatch table that runs [`walk_rows`].
-///
-/// Each (op, walk) instance is compiled as a function of its own: inlined into one entry per
-/// ISA and storage type, the 30 instances made functions of about a megabyte of machine code
-/// each, which LLVM optimized in minutes.
-pub(crate) trait NormEntry {
-    /// Runs `walk_rows::<S, E, Op, W>` with the ISA's token.
+/// One instance of the LayerNorm and RMSNorm bodies, an op ([`RowOp`]) and a walk over the
+/// rows ([`Walk`]), as a dispatch operation: each instance is compiled as a function of its
+/// own per ISA (inlined into one function per ISA and storage type, the 30 instances made
+/// functions of about a megabyte of machine code each, which LLVM optimized in minutes).
+struct Instance<E, Op, W> {
+    call: NormCall<E>,
+    instance: PhantomData<(Op, W)>,
+}
+
+impl<E: Element, Op: RowOp, W: Walk> crate::dispatch::Op for Instance<E, Op, W> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: `walks` builds an instance only under its walk's conditions.
+        unsafe { walk_rows::<S, E, Op, W>(s, &self.call) }
+    }
+}
+
+/// The LayerNorm and RMSNorm calls of every storage type.
+struct Norm;
+
+impl PerElement for Norm {
+    type Of<E: Element> = NormCall<E>;
+}
+
+impl Kernels {
+    /// Runs a validated call. Not generic: the kernel is compiled in this crate (see
+    /// [`Typed`]).
     ///
     /// # Safety
-    /// The CPU supports the ISA; as [`walk_rows`].
-    unsafe fn run<E: Element, Op: RowOp, W: Walk>(call: &NormCall<E>);
+    /// As [`norm_rows`].
+    unsafe fn run_norm(&self, call: Typed<Norm>) {
+        // SAFETY: forwarded.
+        unsafe {
+            match call {
+                Typed::F32(call) => norm_rows(self, &call),
+                Typed::F16(call) => norm_rows(self, &call),
+                Typed::Bf16(call) => norm_rows(self, &call),
+            }
+        }
+    }
 }
 
 /// Entry of the generic bodies of LayerNorm and RMSNorm: picks the instance for the call, an
-/// op ([`RowOp`]) and a walk over the rows ([`Walk`]), and runs it through `N`.
+/// op ([`RowOp`]) and a walk over the rows ([`Walk`]), and runs it on the ISA of `k`.
 ///
 /// # Safety
 /// `call` is validated: `x`, `y` (and `r`, and `h` unless null, for the add forms) cover `rows·d` elements,
 /// `gamma`, `beta`, `bias` are null or cover `d`, `mean`, `rstd` null or cover `rows`; `y`
-/// and `h` overlap `x` only by being equal to it. The CPU supports the ISA of `N`.
-pub(crate) unsafe fn norm_rows<E: Element, N: NormEntry>(call: &NormCall<E>) {
+/// and `h` overlap `x` only by being equal to it.
+unsafe fn norm_rows<E: Element>(k: &Kernels, call: &NormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match (call.kind, !call.gamma.is_null(), !call.beta.is_null()) {
-            (NormKind::Layer, false, false) => walks::<E, Layer<false, false>, N>(call),
-            (NormKind::Layer, false, true) => walks::<E, Layer<false, true>, N>(call),
-            (NormKind::Layer, true, false) => walks::<E, Layer<true, false>, N>(call),
-            (NormKind::Layer, true, true) => walks::<E, Layer<true, true>, N>(call),
-            (NormKind::Rms, false, _) => walks::<E, super::rms_norm::Rms<false>, N>(call),
-            (NormKind::Rms, true, _) => walks::<E, super::rms_norm::Rms<true>, N>(call),
+            (NormKind::Layer, false, false) => walks::<E, Layer<false, false>>(k, call),
+            (NormKind::Layer, false, true) => walks::<E, Layer<false, true>>(k, call),
+            (NormKind::Layer, true, false) => walks::<E, Layer<true, false>>(k, call),
+            (NormKind::Layer, true, true) => walks::<E, Layer<true, true>>(k, call),
+            (NormKind::Rms, false, _) => walks::<E, super::rms_norm::Rms<false>>(k, call),
+            (NormKind::Rms, true, _) => walks::<E, super::rms_norm::Rms<true>>(k, call),
         }
     }
 }
 
-/// Runs `Op` through `N` with the walk over the rows the call asks for.
+/// Runs `Op` on the ISA of `k` with the walk over the rows the call asks for.
 ///
 /// # Safety
 /// As [`norm_rows`].
 #[inline(always)]
-unsafe fn walks<E: Element, Op: RowOp, N: NormEntry>(call: &NormCall<E>) {
+unsafe fn walks<E: Element, Op: RowOp>(k: &Kernels, call: &NormCall<E>) {
+    fn instance<E: Element, Op, W>(call: &NormCall<E>) -> Instance<E, Op, W> {
+        Instance {
+            call: *call,
+            instance: PhantomData,
+        }
+    }
     // SAFETY: forwarded from the caller; each walk's own conditions are those checked here.
     unsafe {
         if call.r.is_null() {
-            N::run::<E, Op, PlainWalk>(call);
+            k.run(instance::<E, Op, PlainWalk>(call));
         } else if E::IS_F32 && Blocks::<false>::takes(call) {
             // (`E::IS_F32` first and by itself: a constant, so the other storage types do
             // not instantiate the blocks at all.)
             if call.bias.is_null() {
-                N::run::<E, Op, Blocks<false>>(call);
+                k.run(instance::<E, Op, Blocks<false>>(call));
             } else {
-                N::run::<E, Op, Blocks<true>>(call);
+                k.run(instance::<E, Op, Blocks<true>>(call));
             }
         } else if call.bias.is_null() {
-            N::run::<E, Op, AddWalk<false>>(call);
+            k.run(instance::<E, Op, AddWalk<false>>(call));
         } else {
-            N::run::<E, Op, AddWalk<true>>(call);
+            k.run(instance::<E, Op, AddWalk<true>>(call));
         }
     }
 }
 
-/// Runs the instance `(Op, W)` over every row of the call, for the ISA of `S` (the body of the
-/// entry points of [`NormEntry`]).
+/// Runs the instance `(Op, W)` over every row of the call, for the ISA of `S`.
 ///
 /// # Safety
-/// As [`norm_rows`], with the conditions of [`walks`] for `W`, and the CPU supports the ISA
-/// of `S`.
+/// As [`norm_rows`], with the conditions of [`walks`] for `W`.
 #[inline(always)]
-pub(crate) unsafe fn walk_rows<S: Simd, E: Element, Op: RowOp, W: Walk>(s: S, call: &NormCall<E>) {
+unsafe fn walk_rows<S: Simd, E: Element, Op: RowOp, W: Walk>(s: S, call: &NormCall<E>) {
     // SAFETY: forwarded from the caller.
     unsafe { W::rows::<S, E, Op>(s, call) };
     if call.stream {

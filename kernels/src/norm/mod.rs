@@ -335,8 +335,7 @@ mod layer_norm;
 mod rms_norm;
 
 pub use batch_norm::BatchNormOptions;
-pub(crate) use batch_norm::{batch_norm_call, BatchNormCall};
-pub(crate) use layer_norm::{norm_rows, walk_rows, NormCall, NormEntry, RowOp, Walk};
+pub(crate) use layer_norm::NormCall;
 pub use layer_norm::{LayerNormOptions, Residual, RowStats};
 pub use rms_norm::RmsNormOptions;
 
@@ -2011,12 +2010,12 @@ pub(crate) fn mut_ptr_of(v: Option<&mut [f32]>) -> *mut f32 {
 /// # Ok::<(), kernels::Error>(())
 /// ```
 pub fn layer_norm<E: Element>(x: &[E], out: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
-    crate::with_detected(|k| k.layer_norm(x, out, d, opts))
+    crate::dispatch::with_detected(|k| k.layer_norm(x, out, d, opts))
 }
 
 /// [`layer_norm()`] in place.
 pub fn layer_norm_inplace<E: Element>(x: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
-    crate::with_detected(|k| k.layer_norm_inplace(x, d, opts))
+    crate::dispatch::with_detected(|k| k.layer_norm_inplace(x, d, opts))
 }
 
 /// [`layer_norm()`], also writing each row's mean `μ` and `rstd` (rounded to f32) to the
@@ -2034,7 +2033,7 @@ pub fn layer_norm_with_stats<E: Element>(
     opts: &LayerNormOptions,
     stats: RowStats,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.layer_norm_with_stats(x, out, d, opts, stats))
+    crate::dispatch::with_detected(|k| k.layer_norm_with_stats(x, out, d, opts, stats))
 }
 
 /// Add & LayerNorm, fused: for each row of the `[rows, d]` matrices `x` and `r`,
@@ -2107,7 +2106,7 @@ pub fn add_layer_norm<E: Element>(
     residual: &Residual,
     opts: &LayerNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.add_layer_norm(x, r, out, h, d, residual, opts))
+    crate::dispatch::with_detected(|k| k.add_layer_norm(x, r, out, h, d, residual, opts))
 }
 
 /// [`add_layer_norm()`] with the residual stream updated in place: `x ← h = α·x + (r + b)`,
@@ -2120,7 +2119,7 @@ pub fn add_layer_norm_inplace<E: Element>(
     residual: &Residual,
     opts: &LayerNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.add_layer_norm_inplace(x, r, out, d, residual, opts))
+    crate::dispatch::with_detected(|k| k.add_layer_norm_inplace(x, r, out, d, residual, opts))
 }
 
 /// [`add_layer_norm()`], also writing the per-row mean and rstd of `h` (see
@@ -2136,7 +2135,7 @@ pub fn add_layer_norm_with_stats<E: Element>(
     opts: &LayerNormOptions,
     stats: RowStats,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.add_layer_norm_with_stats(x, r, out, h, d, residual, opts, stats))
+    crate::dispatch::with_detected(|k| k.add_layer_norm_with_stats(x, r, out, h, d, residual, opts, stats))
 }
 
 /// RMSNorm of each row of the row-major `[rows, d]` matrix `x`, into `out`:
@@ -2167,12 +2166,12 @@ pub fn add_layer_norm_with_stats<E: Element>(
 /// # Ok::<(), kernels::Error>(())
 /// ```
 pub fn rms_norm<E: Element>(x: &[E], out: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-    crate::with_detected(|k| k.rms_norm(x, out, d, opts))
+    crate::dispatch::with_detected(|k| k.rms_norm(x, out, d, opts))
 }
 
 /// [`rms_norm()`] in place.
 pub fn rms_norm_inplace<E: Element>(x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-    crate::with_detected(|k| k.rms_norm_inplace(x, d, opts))
+    crate::dispatch::with_detected(|k| k.rms_norm_inplace(x, d, opts))
 }
 
 /// Add & RMSNorm, fused: `h = α·x + (r + b)` (as in [`add_layer_norm()`]), `y = RMSNorm(h)`,
@@ -2192,7 +2191,7 @@ pub fn add_rms_norm<E: Element>(
     residual: &Residual,
     opts: &RmsNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.add_rms_norm(x, r, out, h, d, residual, opts))
+    crate::dispatch::with_detected(|k| k.add_rms_norm(x, r, out, h, d, residual, opts))
 }
 
 /// [`add_rms_norm()`] with the residual stream updated in place: `x ← h`.
@@ -2204,7 +2203,7 @@ pub fn add_rms_norm_inplace<E: Element>(
     residual: &Residual,
     opts: &RmsNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.add_rms_norm_inplace(x, r, out, d, residual, opts))
+    crate::dispatch::with_detected(|k| k.add_rms_norm_inplace(x, r, out, d, residual, opts))
 }
 
 /// BatchNorm in inference mode over `x` of shape `shape = [N, C, S]` (row-major; `S` the
@@ -2244,7 +2243,7 @@ pub fn batch_norm<E: Element>(
     running_var: &[f32],
     opts: &BatchNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.batch_norm(x, out, shape, running_mean, running_var, opts))
+    crate::dispatch::with_detected(|k| k.batch_norm(x, out, shape, running_mean, running_var, opts))
 }
 
 /// [`batch_norm()`] in place.
@@ -2255,7 +2254,7 @@ pub fn batch_norm_inplace<E: Element>(
     running_var: &[f32],
     opts: &BatchNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.batch_norm_inplace(x, shape, running_mean, running_var, opts))
+    crate::dispatch::with_detected(|k| k.batch_norm_inplace(x, shape, running_mean, running_var, opts))
 }
 
 /// BatchNorm in training mode over `x` of shape `[N, C, S]`: the statistics of each channel
@@ -2300,7 +2299,7 @@ pub fn batch_norm_train<E: Element>(
     running_var: &mut [f32],
     opts: &BatchNormOptions,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.batch_norm_train(x, out, shape, running_mean, running_var, opts))
+    crate::dispatch::with_detected(|k| k.batch_norm_train(x, out, shape, running_mean, running_var, opts))
 }
 
 /// [`batch_norm_train()`], also writing each channel's batch mean and rstd (rounded to f32;
@@ -2318,5 +2317,7 @@ pub fn batch_norm_train_with_stats<E: Element>(
     opts: &BatchNormOptions,
     stats: RowStats,
 ) -> Result<(), Error> {
-    crate::with_detected(|k| k.batch_norm_train_with_stats(x, out, shape, running_mean, running_var, opts, stats))
+    crate::dispatch::with_detected(|k| {
+        k.batch_norm_train_with_stats(x, out, shape, running_mean, running_var, opts, stats)
+    })
 }

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Simd, Token};
+use super::{Simd, TileOp, Token};
 
 /// Token proving the CPU has AVX2, FMA and F16C.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +85,13 @@ impl Simd for Avx2 {
     const REGISTERS: usize = 16;
     type V = __m256;
     type M = __m256;
+
+    #[inline(always)]
+    unsafe fn with_tile<T: TileOp>(self, op: T) -> T::Output {
+        // 12 of the 16 ymm registers as accumulators, 16 columns per tile.
+        // SAFETY: forwarded from the caller.
+        unsafe { op.eval::<Self, 6, 2>(self) }
+    }
 
     #[inline(always)]
     fn splat(self, x: f32) -> __m256 {

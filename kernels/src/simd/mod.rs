@@ -7,7 +7,7 @@
 //! raw pointers, and the caller proves the lanes they touch are in bounds.
 //!
 //! The methods are `#[inline(always)]` and carry no `#[target_feature]`: they are inlined
-//! into the per-ISA entry points of `dispatch.rs`, which do carry it, so the whole kernel
+//! into the per-ISA entry functions of `dispatch.rs`, which do carry it, so the whole kernel
 //! is compiled for that ISA.
 
 pub(crate) mod scalar;
@@ -259,6 +259,14 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// The lanes with index `< n` (for `n ≤ LANES`).
     fn first_lanes(self, n: usize) -> Self::M;
 
+    /// Runs `op` with this ISA's register tile for the GEMM micro-kernels: `MR` rows by `NV`
+    /// vectors, whose `MR·NV` accumulators, `NV` loaded vectors and one broadcast fit the
+    /// register file. The per-ISA files state the choice and its reason.
+    ///
+    /// # Safety
+    /// As [`TileOp::eval`] for `op`.
+    unsafe fn with_tile<T: TileOp>(self, op: T) -> T::Output;
+
     /// Transposes a `LANES × LANES` block: `dst[c·ldd + r] = src[r·lds + c]`. Packing keys for
     /// `Q·Kᵀ` is this; element by element it cost attention 5–7% on AVX-512. The default
     /// moves one float at a time; x86 shuffles in registers.
@@ -275,6 +283,20 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
             }
         }
     }
+}
+
+/// An operation generic over the register tile of the GEMM micro-kernels, run by
+/// [`Simd::with_tile`] with the ISA's own tile (the visitor of matrixmultiply's `GemmSelect`:
+/// the tile never names what runs on it).
+pub(crate) trait TileOp {
+    /// What the operation returns.
+    type Output;
+
+    /// Runs the operation with a tile of `MR` rows by `NV` vectors of `S`.
+    ///
+    /// # Safety
+    /// What the operation's type documents of its fields.
+    unsafe fn eval<S: Simd, const MR: usize, const NV: usize>(self, s: S) -> Self::Output;
 }
 
 /// The widest vector of any ISA, in f32 lanes.

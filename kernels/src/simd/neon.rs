@@ -6,7 +6,7 @@
 
 use std::arch::aarch64::*;
 
-use super::{Simd, Token};
+use super::{Simd, TileOp, Token};
 
 /// Token of the NEON path; NEON is baseline on aarch64.
 #[derive(Clone, Copy, Debug)]
@@ -28,6 +28,13 @@ impl Simd for Neon {
     const REGISTERS: usize = 32;
     type V = float32x4_t;
     type M = uint32x4_t;
+
+    #[inline(always)]
+    unsafe fn with_tile<T: TileOp>(self, op: T) -> T::Output {
+        // 24 of the 32 q registers as accumulators, 16 columns per tile.
+        // SAFETY: forwarded from the caller.
+        unsafe { op.eval::<Self, 6, 4>(self) }
+    }
 
     #[inline(always)]
     fn splat(self, x: f32) -> float32x4_t {

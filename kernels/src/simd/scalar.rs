@@ -2,7 +2,7 @@
 //! accumulators, so this still keeps a superscalar core busy, and it is the baseline every
 //! report ratio is taken against.
 
-use super::{Simd, Token};
+use super::{Simd, TileOp, Token};
 
 /// Token of the portable path; always constructible.
 #[derive(Clone, Copy, Debug, Default)]
@@ -19,6 +19,13 @@ impl Simd for Scalar {
     const REGISTERS: usize = 16;
     type V = f32;
     type M = bool;
+
+    #[inline(always)]
+    unsafe fn with_tile<T: TileOp>(self, op: T) -> T::Output {
+        // 16 accumulators: what 16 general FP registers hold without spilling.
+        // SAFETY: forwarded from the caller.
+        unsafe { op.eval::<Self, 4, 4>(self) }
+    }
 
     #[inline(always)]
     fn splat(self, x: f32) -> f32 {

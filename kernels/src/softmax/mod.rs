@@ -68,10 +68,11 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use crate::dispatch::Kernels;
+use crate::dispatch::{with_detected, Kernels, Op};
+use crate::element::{Element, PerElement, Typed};
+use crate::error::Error;
 use crate::math::exp::exp_nonpositive;
 use crate::simd::Simd;
-use crate::{Element, Error};
 
 /// What a row with every entry masked (−∞) becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,18 +106,19 @@ impl Default for SoftmaxOptions<'_> {
     }
 }
 
-/// A validated call, in the raw form the per-ISA entry points take.
+/// A validated call: `src` and `dst` cover `rows·n` elements (equal if they overlap), `mask`
+/// is null or covers `n`.
 #[derive(Clone, Copy)]
-pub(crate) struct SoftmaxCall<E> {
-    pub src: *const E,
-    pub dst: *mut E,
-    pub rows: usize,
-    pub n: usize,
-    pub scale: f32,
+struct SoftmaxCall<E> {
+    src: *const E,
+    dst: *mut E,
+    rows: usize,
+    n: usize,
+    scale: f32,
     /// Null when there is no mask.
-    pub mask: *const f32,
-    pub masked_rows: MaskedRows,
-    pub log: bool,
+    mask: *const f32,
+    masked_rows: MaskedRows,
+    log: bool,
 }
 
 /// Checks the arguments shared by every softmax entry point; returns the number of rows.
@@ -167,10 +169,20 @@ impl Kernels {
             log,
         };
         if rows > 0 {
-            // SAFETY: the table belongs to an ISA this CPU was checked for; the pointers cover
-            // `rows·n` elements (and `n` of mask), as `validate` checked.
-            unsafe { (self.entries::<E>().softmax)(&call) }
+            // SAFETY: the pointers cover `rows·n` elements (and `n` of mask), as `validate`
+            // checked, and `dst` is `src` or an exclusive borrow.
+            unsafe { self.run_softmax(E::typed(call)) }
         }
+    }
+
+    /// Runs a validated call. Not generic: the kernel is compiled in this crate (see
+    /// [`Typed`]).
+    ///
+    /// # Safety
+    /// As [`SoftmaxCall`].
+    unsafe fn run_softmax(&self, call: Typed<Softmax>) {
+        // SAFETY: forwarded.
+        unsafe { call.run(self) }
     }
 
     /// Softmax of each row of `x` (`[rows, n]`) into `out`. See [`softmax`](crate::softmax()).
@@ -209,13 +221,79 @@ impl Kernels {
     }
 }
 
+/// Softmax of each row of the row-major `[rows, n]` matrix `x`, into `out`.
+///
+/// `z_j = fl(scale·x_j + mask_j)` (an f32 score, rounded once), `y_j = exp(z_j − m) /
+/// Σ_k exp(z_k − m)` with `m = max z`. A −∞ mask entry masks its position whatever `x` holds
+/// there; a fully masked row follows [`SoftmaxOptions::masked_rows`] (0 by default); a NaN or
+/// +∞ among the unmasked scores makes the row NaN. `n = 0` (with empty `x`) is a no-op.
+///
+/// Error bound (u = 2⁻²⁴, `ŷ` the exact softmax of the f32 scores `z`):
+/// `|y_j − ŷ_j| ≤ (24 + |z_j − m|)·u·ŷ_j + 2⁻¹²⁶`. Details in the [module docs](mod@crate::softmax).
+///
+/// # Errors
+/// [`Error::Shape`] if `x.len()` is not a multiple of `n`, `out.len() ≠ x.len()`, or the mask
+/// length is not `n`; [`Error::Param`] if `scale` is not finite.
+///
+/// ```
+/// let x = [1.0, 2.0, 3.0, 0.0, 0.0, 0.0];
+/// let mut y = [0.0; 6];
+/// kernels::softmax(&x, &mut y, 3, &Default::default())?;
+/// assert!((y[3] - 1.0 / 3.0).abs() < 1e-7);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn softmax<E: Element>(x: &[E], out: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.softmax(x, out, n, opts))
+}
+
+/// [`softmax()`] in place.
+pub fn softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.softmax_inplace(x, n, opts))
+}
+
+/// Log-softmax of each row of the row-major `[rows, n]` matrix `x`, into `out`.
+///
+/// `y_j = (z_j − m) − ln Σ_k exp(z_k − m)`, with `z`, the mask and the policies as in
+/// [`softmax()`] (a fully masked row gives −∞ under [`MaskedRows::Zero`]).
+///
+/// Error bound (notation of [`softmax()`], `d̂` the exact sum):
+/// `|y_j − ŷ_j| ≤ (24 + |z_j − m| + |ln d̂| + |ŷ_j|)·u`; infinite and NaN results match
+/// exactly.
+///
+/// # Errors
+/// As [`softmax()`].
+pub fn log_softmax<E: Element>(x: &[E], out: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.log_softmax(x, out, n, opts))
+}
+
+/// [`log_softmax()`] in place.
+pub fn log_softmax_inplace<E: Element>(x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
+    with_detected(|k| k.log_softmax_inplace(x, n, opts))
+}
+
+/// The softmax calls of every storage type.
+struct Softmax;
+
+impl PerElement for Softmax {
+    type Of<E: Element> = SoftmaxCall<E>;
+}
+
+impl<E: Element> Op for SoftmaxCall<E> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: the call's contract.
+        unsafe { softmax_rows(s, &self) }
+    }
+}
+
 /// Entry of the generic body: picks the instance for the options, then runs every row.
 ///
 /// # Safety
-/// `call` must be validated: `src`/`dst` cover `rows·n` floats (equal if they overlap), `mask`
-/// is null or covers `n`.
+/// As [`SoftmaxCall`].
 #[inline(always)]
-pub(crate) unsafe fn softmax_rows<S: Simd, E: Element>(s: S, call: &SoftmaxCall<E>) {
+unsafe fn softmax_rows<S: Simd, E: Element>(s: S, call: &SoftmaxCall<E>) {
     let masked = !call.mask.is_null();
     let scaled = call.scale != 1.0;
     // SAFETY: forwarded from the caller.

@@ -1,0 +1,226 @@
+//! Element-wise maps: `exp`, `sigmoid`, `swish`, and the conversions between storage types.
+//!
+//! Each is one [`Elementwise`] function of `math/` run over the whole slice by
+//! [`map_row`](crate::math::map_row): four vectors at a time, the tail through a partial load
+//! and store that touches nothing past the end. Inputs of any [`Element`] type are widened
+//! exactly, outputs rounded once.
+
+use crate::dispatch::{with_detected, Kernels, Op};
+use crate::element::{Element, PerElement, Typed};
+use crate::error::Error;
+use crate::math::activation::{Sigmoid, Swish};
+use crate::math::exp::Exp;
+use crate::math::{Elementwise, Identity};
+use crate::simd::Simd;
+
+/// `dst[i] = f(src[i])` for `i < n`. `src` and `dst` cover `n` elements and are equal if they
+/// overlap.
+struct MapRow<A, B, F> {
+    src: *const A,
+    dst: *mut B,
+    n: usize,
+    f: F,
+}
+
+impl<A: Element, B: Element, F: Elementwise> Op for MapRow<A, B, F> {
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn eval<S: Simd>(self, s: S) {
+        // SAFETY: the fields' contract.
+        unsafe { self.f.row(s, self.src, self.dst, self.n) }
+    }
+}
+
+/// `f` from and to tensors of the same storage type.
+struct Same<F>(F);
+
+impl<F: Elementwise> PerElement for Same<F> {
+    type Of<E: Element> = MapRow<E, E, F>;
+}
+
+/// The widening of a storage type to f32.
+struct Widen;
+
+impl PerElement for Widen {
+    type Of<E: Element> = MapRow<E, f32, Identity>;
+}
+
+/// The rounding of f32 to a storage type.
+struct Narrow;
+
+impl PerElement for Narrow {
+    type Of<E: Element> = MapRow<f32, E, Identity>;
+}
+
+/// `dst[i] = f(src[i])` for `n` elements of validated slices.
+fn map_row<A: Element, B: Element, F>(src: *const A, dst: *mut B, n: usize, f: F) -> MapRow<A, B, F> {
+    MapRow { src, dst, n, f }
+}
+
+/// The runs of validated maps, one function per map: not generic, so that the maps are
+/// compiled in this crate (see [`Typed`]).
+///
+/// # Safety (all)
+/// As [`MapRow`].
+impl Kernels {
+    unsafe fn run_exp(&self, op: Typed<Same<Exp>>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+
+    unsafe fn run_sigmoid(&self, op: Typed<Same<Sigmoid>>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+
+    unsafe fn run_swish(&self, op: Typed<Same<Swish>>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+
+    unsafe fn run_widen(&self, op: Typed<Widen>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+
+    unsafe fn run_narrow(&self, op: Typed<Narrow>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+}
+
+/// `Ok` if `out` has the length of `x`.
+fn check_out(x: usize, out: usize) -> Result<(), Error> {
+    if out == x {
+        Ok(())
+    } else {
+        Err(Error::shape("out", format!("length {x} (as x)"), out))
+    }
+}
+
+// SAFETY (every `unsafe` block of the methods below): the map covers `x.len()` elements of
+// `x` and of `out`, which has that length (checked); `out` is an exclusive borrow, distinct
+// from `x`, or `x` itself in place.
+impl Kernels {
+    /// `out[i] = eˣⁱ`. See [`exp()`].
+    pub fn exp<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_exp(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), Exp))) };
+        Ok(())
+    }
+
+    /// `x[i] = eˣⁱ`, in place.
+    pub fn exp_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        unsafe { self.run_exp(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Exp))) };
+        Ok(())
+    }
+
+    /// `out[i] = σ(xᵢ)`. See [`sigmoid()`].
+    pub fn sigmoid<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_sigmoid(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), Sigmoid))) };
+        Ok(())
+    }
+
+    /// `x[i] = σ(xᵢ)`, in place.
+    pub fn sigmoid_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        unsafe { self.run_sigmoid(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Sigmoid))) };
+        Ok(())
+    }
+
+    /// `out[i] = swish(xᵢ)`. See [`swish()`].
+    pub fn swish<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_swish(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), Swish))) };
+        Ok(())
+    }
+
+    /// `x[i] = swish(xᵢ)`, in place.
+    pub fn swish_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        unsafe { self.run_swish(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Swish))) };
+        Ok(())
+    }
+
+    /// `out[i] = xᵢ` widened exactly to f32. See [`widen()`].
+    pub fn widen<E: Element>(&self, x: &[E], out: &mut [f32]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_widen(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), Identity))) };
+        Ok(())
+    }
+
+    /// `out[i] = xᵢ` rounded to `E`. See [`narrow()`].
+    pub fn narrow<E: Element>(&self, x: &[f32], out: &mut [E]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_narrow(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), Identity))) };
+        Ok(())
+    }
+}
+
+/// `out[i] = xᵢ` as f32: the exact widening of a storage type (see [`Element`]), with the
+/// ISA's conversion instructions. A copy for `E = f32`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn widen<E: Element>(x: &[E], out: &mut [f32]) -> Result<(), Error> {
+    with_detected(|k| k.widen(x, out))
+}
+
+/// `out[i] = xᵢ` rounded to nearest even in `E` (±∞ beyond its range, gradual underflow,
+/// NaN stays NaN), with the ISA's conversion instructions. A copy for `E = f32`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn narrow<E: Element>(x: &[f32], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.narrow(x, out))
+}
+
+/// `out[i] = eˣⁱ` for every element (of any [`Element`] type: a half-typed result is the f32
+/// one rounded once).
+///
+/// Error ≤ 1 ulp against `exp` computed in f64 and rounded to f32, for normal and subnormal
+/// results alike (checked over all 2³² inputs on every ISA). Overflow (`x > 88.72`) gives +∞,
+/// underflow (`x < −103.97`) +0 after gradual underflow; `exp(NaN) = NaN`, `exp(±∞) = +∞, +0`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn exp<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.exp(x, out))
+}
+
+/// [`exp()`] in place.
+pub fn exp_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.exp_inplace(x))
+}
+
+/// `out[i] = σ(xᵢ) = 1/(1 + e^−xᵢ)` for every element.
+///
+/// Error ≤ 3 ulp (relative `≤ 6u`), and ≤ 2⁻¹²⁶ absolute where `σ(x) < 2⁻¹²⁶`
+/// (`x < −87.3`, flushed towards 0); `σ(NaN) = NaN`, `σ(+∞) = 1`, `σ(−∞) = 0`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn sigmoid<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.sigmoid(x, out))
+}
+
+/// [`sigmoid()`] in place.
+pub fn sigmoid_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.sigmoid_inplace(x))
+}
+
+/// `out[i] = swish(xᵢ) = xᵢ·σ(xᵢ)` (also called SiLU) for every element.
+///
+/// Error ≤ 3 ulp, and ≤ 2⁻¹²⁶ absolute where `|swish(x)| < 2⁻¹²⁶`; `swish(NaN) = NaN`,
+/// `swish(+∞) = +∞`, `swish(−∞) = −0` (the limit).
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn swish<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.swish(x, out))
+}
+
+/// [`swish()`] in place.
+pub fn swish_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.swish_inplace(x))
+}
