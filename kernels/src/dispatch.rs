@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use crate::error::Error;
 use crate::isa::{best_isa, missing_features, Isa};
 use crate::simd::{Simd, Token};
-use crate::stores::{last_level_cache, Stores};
+use crate::stores::{Caches, Stores};
 
 /// An operation the kernels run: the generic body of a kernel with its validated arguments.
 pub(crate) trait Op {
@@ -113,8 +113,8 @@ fn built_for(isa: Isa) -> bool {
 pub struct Kernels {
     isa: Isa,
     stores: Stores,
-    /// The last-level cache size the heuristics assume; see [`Kernels::with_cache_size`].
-    cache: Option<usize>,
+    /// The caches the plans assume; see [`Kernels::with_caches`].
+    caches: Caches,
 }
 
 impl Kernels {
@@ -130,7 +130,7 @@ impl Kernels {
         Ok(Kernels {
             isa,
             stores: Stores::Auto,
-            cache: last_level_cache(),
+            caches: Caches::detect(),
         })
     }
 
@@ -139,7 +139,7 @@ impl Kernels {
         Kernels {
             isa: best_isa(),
             stores: Stores::Auto,
-            cache: last_level_cache(),
+            caches: Caches::detect(),
         }
     }
 
@@ -187,39 +187,51 @@ impl Kernels {
         self.stores
     }
 
-    /// These kernels, assuming a last-level cache of `bytes` in place of the one the CPU
-    /// describes ([`last_level_cache`](crate::last_level_cache)). The size decides, for each
-    /// call by its working set, the streaming stores of [`Stores::Auto`] and the order in
-    /// which the norms read long rows. For a machine that reports a cache it does not have to
-    /// itself: a virtual machine shown the whole L3 of a host it shares. Like
-    /// [`Kernels::with_stores`], it changes where data goes and in what order it is read,
-    /// never a value: the results are the same bit for bit.
+    /// These kernels, planning for the caches `caches` in place of the ones the CPU describes
+    /// ([`Caches::detect`]). The caches decide the blocking of each call and, by its working
+    /// set, the streaming stores of [`Stores::Auto`]: for a machine that reports caches it
+    /// does not have to itself (a virtual machine shown the whole L3 of a host it shares), or
+    /// to see what another machine would run. Like [`Kernels::with_stores`], it changes where
+    /// data goes and in what order it is read, never a value: the results are the same bit
+    /// for bit.
     ///
     /// ```
-    /// use kernels::Kernels;
+    /// use kernels::{Caches, Kernels};
     ///
-    /// let k = Kernels::best().with_cache_size(32 << 20);
-    /// assert_eq!(k.cache_size(), Some(32 << 20));
+    /// let zen3 = Caches { l1: 32 << 10, l2: 512 << 10, llc: Some(32 << 20) };
+    /// let k = Kernels::best().with_caches(zen3);
+    /// assert_eq!(k.caches(), zen3);
     /// assert!(!k.streams((32 << 20) - 1));
     /// ```
-    pub fn with_cache_size(self, bytes: usize) -> Kernels {
-        Kernels {
-            cache: Some(bytes),
-            ..self
-        }
+    pub fn with_caches(self, caches: Caches) -> Kernels {
+        Kernels { caches, ..self }
     }
 
-    /// The last-level cache size these kernels assume: the one given to
-    /// [`Kernels::with_cache_size`], else the one the CPU describes, if any.
+    /// The caches these kernels plan for.
+    pub fn caches(&self) -> Caches {
+        self.caches
+    }
+
+    /// These kernels, assuming a last-level cache of `bytes` (the other levels unchanged):
+    /// [`Kernels::with_caches`] for the last level alone.
+    pub fn with_cache_size(self, bytes: usize) -> Kernels {
+        let caches = Caches {
+            llc: Some(bytes),
+            ..self.caches
+        };
+        Kernels { caches, ..self }
+    }
+
+    /// The last-level cache size these kernels assume, if any.
     pub fn cache_size(&self) -> Option<usize> {
-        self.cache
+        self.caches.llc
     }
 
     /// Whether a call of these kernels whose working set (the bytes it reads and writes) is
     /// `bytes` writes its outputs with streaming stores, in the kernels that honour
     /// [`Stores`]: never on an ISA without them (scalar, NEON).
     pub fn streams(&self, bytes: usize) -> bool {
-        matches!(self.isa, Isa::Avx2 | Isa::Avx512) && self.stores.streams(bytes, self.cache)
+        matches!(self.isa, Isa::Avx2 | Isa::Avx512) && self.stores.streams(bytes, self.caches.llc)
     }
 
     /// Runs `op` on the ISA of these kernels.

@@ -68,4 +68,4 @@ pub use norm::{
     RowStats,
 };
 pub use softmax::{log_softmax, log_softmax_inplace, softmax, softmax_inplace, MaskedRows, SoftmaxOptions};
-pub use stores::{last_level_cache, level2_cache, Stores};
+pub use stores::{last_level_cache, level2_cache, Caches, Stores};

@@ -50,16 +50,48 @@ impl Stores {
     }
 }
 
-/// The size in bytes of the largest data or unified cache the CPU describes, read once.
+/// The data-cache sizes the kernels plan with, in bytes: what a call's blocking and its
+/// stores are derived from (see [`Kernels::with_caches`]).
+///
+/// [`Kernels::with_caches`]: crate::Kernels::with_caches
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Caches {
+    /// The level-1 data cache of one core.
+    pub l1: usize,
+    /// The level-2 cache of one core.
+    pub l2: usize,
+    /// The last-level cache, if known: [`Stores::Auto`] streams the outputs of calls whose
+    /// working set exceeds it, and stores ordinarily where it is unknown.
+    pub llc: Option<usize>,
+}
+
+impl Caches {
+    /// What a level the CPU does not describe is taken to be: the smallest of current x86 and
+    /// Arm server cores, so that blocks sized from it fit everywhere.
+    pub const DEFAULT_L1: usize = 32 << 10;
+    /// See [`Caches::DEFAULT_L1`].
+    pub const DEFAULT_L2: usize = 256 << 10;
+
+    /// The caches this CPU describes (CPUID on x86-64, read once), with the defaults above for
+    /// a level it does not describe.
+    pub fn detect() -> Caches {
+        static CACHES: OnceLock<Caches> = OnceLock::new();
+        *CACHES.get_or_init(|| Caches {
+            l1: detect(Some(1)).unwrap_or(Caches::DEFAULT_L1),
+            l2: detect(Some(2)).unwrap_or(Caches::DEFAULT_L2),
+            llc: detect(None),
+        })
+    }
+}
+
+/// The size in bytes of the largest data or unified cache the CPU describes, read once:
+/// [`Caches::detect`]'s `llc`.
 pub fn last_level_cache() -> Option<usize> {
-    static SIZE: OnceLock<Option<usize>> = OnceLock::new();
-    *SIZE.get_or_init(|| detect(None))
+    Caches::detect().llc
 }
 
 /// The size in bytes of the largest data or unified cache of level 2 the CPU describes (each
-/// core's own on current x86), read once. f32 LayerNorm and RMSNorm calls on AVX2 and AVX-512
-/// fetch their output ahead for ownership when their working set is several times this size
-/// (see the `norm` module); a hint, which changes no value.
+/// core's own on current x86), read once.
 pub fn level2_cache() -> Option<usize> {
     static SIZE: OnceLock<Option<usize>> = OnceLock::new();
     *SIZE.get_or_init(|| detect(Some(2)))
