@@ -11,11 +11,11 @@ max_seq_length; the sentences span 3 to 128 tokens, so nothing is truncated.
 It then encodes the same sentences in float32 and prints the worst 1 - cos and max |delta|
 against float64: the accuracy a float32 PyTorch forward pass reaches.
 
-Environment (torch from PyPI pulls its CUDA packages, several GB; PyPI has no CPU-only wheel):
-    python3 -m venv /work/venv-peers
-    /work/venv-peers/bin/pip install -r scripts/requirements-golden.txt
+Environment, a virtual environment outside the repository (torch from PyPI pulls its CUDA
+packages, several GB; PyPI has no CPU-only wheel):
+    python3 -m venv "$VENV" && "$VENV/bin/pip" install -r scripts/requirements-golden.txt
 Run from the repository root:
-    /work/venv-peers/bin/python scripts/golden_embeddings.py "$(scripts/fetch-minilm.sh)"
+    "$VENV/bin/python" scripts/golden_embeddings.py "$(scripts/fetch-minilm.sh)"
 """
 
 import argparse
@@ -51,57 +51,59 @@ SENTENCES = [
     "How do I bake sourdough bread at home without a Dutch oven?",
     "pneumonoultramicroscopicsilicovolcanoconiosis",
     "αβγ δ ε — Greek letters and an em dash… and “smart quotes”.",
-    "Sentence embeddings map text to dense vectors so that semantically similar sentences lie close "
-    "together.",
-    "The weather forecast predicts heavy rain tomorrow in the northern regions, with winds up to 80 "
-    "km/h.",
+    "Sentence embeddings map text to dense vectors so that semantically similar sentences lie "
+    "close together.",
+    "The weather forecast predicts heavy rain tomorrow in the northern regions, with winds up "
+    "to 80 km/h.",
     "It costs $3.14, or 1,024 yen on 2024-05-17 at 09:30.",
     "e-mail me at someone@example.com or visit https://example.org/a?b=c",
-    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong and Buzz Aldrin walked on its surface "
-    "while Michael Collins orbited above in the command module.",
-    "The committee reviewed 42 proposals, rejected 17 of them outright, and asked the remaining "
-    "authors to resubmit revised budgets by the end of March, noting that funding is limited this "
-    "year.",
-    "Rivers carry sediment from the mountains to the sea, building deltas where the current slows; "
-    "over centuries these fertile plains have fed great cities, drawn traders from distant lands "
-    "and flooded, without warning, the very fields they made.",
-    "Photosynthesis converts light energy into chemical energy: chlorophyll absorbs mostly blue and "
-    "red light, water molecules are split to release oxygen, and the energy captured is stored in "
-    "sugars that the plant later uses for growth, repair and reproduction throughout its life.",
-    "The recipe is simple: mix 500 g of flour, 350 ml of warm water, 10 g of salt and a spoonful of "
-    "starter, let the dough rest overnight, fold it twice in the morning, then bake it in a hot "
-    "oven at 250 °C for about forty minutes until the crust crackles and sings.",
-    "When the old lighthouse keeper retired after forty years, the villagers gathered on the cliff "
-    "to thank him; children brought drawings of the tower, fishermen told stories of storms he had "
-    "guided them through, and the mayor unveiled a small bronze plaque, while the sea below kept "
-    "breaking against the rocks as it always had, indifferent to speeches, songs and the slow "
-    "fading of the evening light.",
-    "Chess openings have been studied for centuries. The Sicilian Defence, the Queen's Gambit and "
-    "the Ruy Lopez each lead to distinct middle games, and grandmasters prepare dozens of moves "
-    "deep with engines before a tournament. Yet in practice a single inaccurate move can turn a "
-    "carefully prepared position upside down, and the player who calculates better at the board, "
-    "keeps calm under time pressure and avoids blunders in the endgame usually wins the game, "
-    "whatever the opening was.",
-    "Libraries once held the only copies of many books, and librarians catalogued every volume by "
-    "hand. Today most catalogues are digital, search takes milliseconds, and a reader in one "
-    "country can borrow an e-book from another; still, the quiet rooms, the smell of paper and the "
-    "surprise of finding an unexpected title on a nearby shelf keep people coming back every week, "
-    "especially students preparing for exams, retirees with time to read, and parents who bring "
-    "their small children to the Saturday story hour in the basement.",
-    "Modern CPUs execute several instructions per cycle: they decode and rename instructions out of "
-    "order, keep hundreds of them in flight, predict branches, and rely on deep cache hierarchies "
-    "(L1, L2, L3) to hide the latency of main memory, which can exceed 100 nanoseconds; vector "
-    "units such as AVX-512 process sixteen single-precision floats at once, and fused multiply-add "
-    "doubles the arithmetic per instruction, so a well-tuned matrix multiplication reaches most of "
-    "the peak, whereas softmax or layer normalization kernels are limited by memory bandwidth "
-    "instead.",
-    "Modern CPUs execute several instructions per cycle: they decode and rename instructions out of "
-    "order, keep hundreds of them in flight, predict branches, and rely on deep cache hierarchies "
-    "(L1, L2, L3) to hide the latency of main memory, which can exceed 100 nanoseconds; vector "
-    "units such as AVX-512 process sixteen single-precision floats at once, and fused multiply-add "
-    "doubles the arithmetic per instruction, so a well-tuned matrix multiplication reaches most of "
-    "the peak, whereas softmax or layer normalization kernels are limited by main memory bandwidth "
-    "instead.",
+    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong and Buzz Aldrin walked on its "
+    "surface while Michael Collins orbited above in the command module.",
+    "The committee reviewed 42 proposals, rejected 17 of them outright, and asked the "
+    "remaining authors to resubmit revised budgets by the end of March, noting that funding is "
+    "limited this year.",
+    "Rivers carry sediment from the mountains to the sea, building deltas where the current "
+    "slows; over centuries these fertile plains have fed great cities, drawn traders from "
+    "distant lands and flooded, without warning, the very fields they made.",
+    "Photosynthesis converts light energy into chemical energy: chlorophyll absorbs mostly "
+    "blue and red light, water molecules are split to release oxygen, and the energy captured "
+    "is stored in sugars that the plant later uses for growth, repair and reproduction "
+    "throughout its life.",
+    "The recipe is simple: mix 500 g of flour, 350 ml of warm water, 10 g of salt and a "
+    "spoonful of starter, let the dough rest overnight, fold it twice in the morning, then "
+    "bake it in a hot oven at 250 °C for about forty minutes until the crust crackles and "
+    "sings.",
+    "When the old lighthouse keeper retired after forty years, the villagers gathered on the "
+    "cliff to thank him; children brought drawings of the tower, fishermen told stories of "
+    "storms he had guided them through, and the mayor unveiled a small bronze plaque, while "
+    "the sea below kept breaking against the rocks as it always had, indifferent to speeches, "
+    "songs and the slow fading of the evening light.",
+    "Chess openings have been studied for centuries. The Sicilian Defence, the Queen's Gambit "
+    "and the Ruy Lopez each lead to distinct middle games, and grandmasters prepare dozens of "
+    "moves deep with engines before a tournament. Yet in practice a single inaccurate move can "
+    "turn a carefully prepared position upside down, and the player who calculates better at "
+    "the board, keeps calm under time pressure and avoids blunders in the endgame usually wins "
+    "the game, whatever the opening was.",
+    "Libraries once held the only copies of many books, and librarians catalogued every volume "
+    "by hand. Today most catalogues are digital, search takes milliseconds, and a reader in "
+    "one country can borrow an e-book from another; still, the quiet rooms, the smell of paper "
+    "and the surprise of finding an unexpected title on a nearby shelf keep people coming back "
+    "every week, especially students preparing for exams, retirees with time to read, and "
+    "parents who bring their small children to the Saturday story hour in the basement.",
+    "Modern CPUs execute several instructions per cycle: they decode and rename instructions "
+    "out of order, keep hundreds of them in flight, predict branches, and rely on deep cache "
+    "hierarchies (L1, L2, L3) to hide the latency of main memory, which can exceed 100 "
+    "nanoseconds; vector units such as AVX-512 process sixteen single-precision floats at "
+    "once, and fused multiply-add doubles the arithmetic per instruction, so a well-tuned "
+    "matrix multiplication reaches most of the peak, whereas softmax or layer normalization "
+    "kernels are limited by memory bandwidth instead.",
+    "Modern CPUs execute several instructions per cycle: they decode and rename instructions "
+    "out of order, keep hundreds of them in flight, predict branches, and rely on deep cache "
+    "hierarchies (L1, L2, L3) to hide the latency of main memory, which can exceed 100 "
+    "nanoseconds; vector units such as AVX-512 process sixteen single-precision floats at "
+    "once, and fused multiply-add doubles the arithmetic per instruction, so a well-tuned "
+    "matrix multiplication reaches most of the peak, whereas softmax or layer normalization "
+    "kernels are limited by main memory bandwidth instead.",
 ]
 
 
