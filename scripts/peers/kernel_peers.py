@@ -28,6 +28,7 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = "1"  # before torch loads
 
 import argparse  # noqa: E402
+import ctypes  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -43,6 +44,18 @@ from onnx import TensorProto, helper  # noqa: E402
 
 EPS = 1e-12  # LayerNorm epsilon of the MiniLM encoder
 RNG = np.random.default_rng(0)
+
+
+def keep_freed_memory():
+    """Keeps freed blocks under 32 MiB in the heap rather than returning them to the system.
+
+    PyTorch allocates a fresh output at each call; with glibc's adaptive mmap threshold and heap
+    trimming, whether that costs page faults depended on the cases run before (add_layer_norm
+    measured up to 7x slower), so every contender runs with this fixed allocator state instead.
+    """
+    libc = ctypes.CDLL(None)
+    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD, at its largest
 
 
 def randn(*shape):
@@ -185,6 +198,7 @@ def main():
     parser.add_argument("--json", action="store_true", help="JSON lines instead of the table")
     args = parser.parse_args()
     wanted = set(args.cases.split(",")) if args.cases else None
+    keep_freed_memory()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
 
