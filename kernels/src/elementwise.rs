@@ -1,4 +1,5 @@
-//! Element-wise maps: `exp`, `sigmoid`, `swish`, and the conversions between storage types.
+//! Element-wise maps: `exp`, `sigmoid`, `swish`, `gelu` (erf and tanh forms), and the
+//! conversions between storage types.
 //!
 //! Each is one [`Elementwise`] function of `math/` run over the whole slice by
 //! [`map_row`](crate::math::map_row): four vectors at a time, the tail through a partial load
@@ -10,6 +11,7 @@ use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
 use crate::math::activation::{Sigmoid, Swish};
 use crate::math::exp::Exp;
+use crate::math::gelu::{Gelu, GeluTanh};
 use crate::math::{Elementwise, Identity};
 use crate::simd::Simd;
 
@@ -79,6 +81,16 @@ impl Kernels {
         unsafe { op.run(self) }
     }
 
+    unsafe fn run_gelu(&self, op: Typed<Same<Gelu>>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+
+    unsafe fn run_gelu_tanh(&self, op: Typed<Same<GeluTanh>>) {
+        // SAFETY: forwarded.
+        unsafe { op.run(self) }
+    }
+
     unsafe fn run_widen(&self, op: Typed<Widen>) {
         // SAFETY: forwarded.
         unsafe { op.run(self) }
@@ -139,6 +151,32 @@ impl Kernels {
     /// `x[i] = swish(xᵢ)`, in place.
     pub fn swish_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
         unsafe { self.run_swish(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Swish))) };
+        Ok(())
+    }
+
+    /// `out[i] = gelu(xᵢ)`, the erf form. See [`gelu()`].
+    pub fn gelu<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_gelu(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), Gelu))) };
+        Ok(())
+    }
+
+    /// `x[i] = gelu(xᵢ)`, the erf form, in place.
+    pub fn gelu_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        unsafe { self.run_gelu(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Gelu))) };
+        Ok(())
+    }
+
+    /// `out[i] = gelu_tanh(xᵢ)`, the tanh form. See [`gelu_tanh()`].
+    pub fn gelu_tanh<E: Element>(&self, x: &[E], out: &mut [E]) -> Result<(), Error> {
+        check_out(x.len(), out.len())?;
+        unsafe { self.run_gelu_tanh(E::typed(map_row(x.as_ptr(), out.as_mut_ptr(), x.len(), GeluTanh))) };
+        Ok(())
+    }
+
+    /// `x[i] = gelu_tanh(xᵢ)`, the tanh form, in place.
+    pub fn gelu_tanh_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
+        unsafe { self.run_gelu_tanh(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), GeluTanh))) };
         Ok(())
     }
 
@@ -223,4 +261,48 @@ pub fn swish<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
 /// [`swish()`] in place.
 pub fn swish_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
     with_detected(|k| k.swish_inplace(x))
+}
+
+/// `out[i] = gelu(xᵢ) = xᵢ·Φ(xᵢ)` for every element: the exact GELU (BERT, PyTorch's default
+/// `approximate='none'`), `Φ` the standard normal distribution function.
+///
+/// Error ≤ 6 ulp against `x·Φ(x)` in f64, and ≤ 2⁻¹²⁶ absolute where `|gelu(x)| < 2⁻¹²⁶`
+/// (`x < −13.2`); the negative half keeps its relative precision (the tail `Φ(x)` is computed
+/// as such, not as `½(1 + erf)`). `gelu(NaN) = NaN`, `gelu(+∞) = +∞`, `gelu(−∞) = −0`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+///
+/// ```
+/// let mut y = [0.0f32; 3];
+/// kernels::gelu(&[-1.0, 0.0, 1.0], &mut y)?;
+/// assert!((y[2] - 0.841_344_7).abs() < 1e-6 && (y[0] + 0.158_655_25).abs() < 1e-6);
+/// # Ok::<(), kernels::Error>(())
+/// ```
+pub fn gelu<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.gelu(x, out))
+}
+
+/// [`gelu()`] in place.
+pub fn gelu_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.gelu_inplace(x))
+}
+
+/// `out[i] = gelu_tanh(xᵢ) = ½xᵢ·(1 + tanh(√(2/π)·(xᵢ + 0.044715xᵢ³)))` for every element: the
+/// tanh approximation of GELU (GPT-2, PyTorch's `approximate='tanh'`), computed as `x·σ(v)`,
+/// `v = √(8/π)·(x + 0.044715x³)`.
+///
+/// Error ≤ `4 + 3|v|` ulp against the formula in f64 (the f32 rounding of `v` is amplified by
+/// `σ` where `v` is large and negative, the tail where the result is tiny), and ≤ 2⁻¹²⁶
+/// absolute where `|gelu_tanh(x)| < 2⁻¹²⁶`. `gelu_tanh(NaN) = NaN`, `(+∞) = +∞`, `(−∞) = −0`.
+///
+/// # Errors
+/// [`Error::Shape`] naming `out` when its length differs from `x`'s.
+pub fn gelu_tanh<E: Element>(x: &[E], out: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.gelu_tanh(x, out))
+}
+
+/// [`gelu_tanh()`] in place.
+pub fn gelu_tanh_inplace<E: Element>(x: &mut [E]) -> Result<(), Error> {
+    with_detected(|k| k.gelu_tanh_inplace(x))
 }

@@ -52,7 +52,10 @@ pub use attention::{
 };
 pub use dispatch::Kernels;
 pub use element::Element;
-pub use elementwise::{exp, exp_inplace, narrow, sigmoid, sigmoid_inplace, swish, swish_inplace, widen};
+pub use elementwise::{
+    exp, exp_inplace, gelu, gelu_inplace, gelu_tanh, gelu_tanh_inplace, narrow, sigmoid, sigmoid_inplace, swish,
+    swish_inplace, widen,
+};
 pub use error::Error;
 pub use gau::{
     gau, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, PackedGauWeights, Rope, ScoreScale,

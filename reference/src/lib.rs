@@ -32,6 +32,7 @@ mod attention;
 mod check;
 mod element;
 mod gau;
+mod gelu;
 mod norm;
 mod softmax;
 mod ulp;
@@ -40,6 +41,7 @@ pub use attention::{attention, AttentionOptions, AttentionResult, AttentionShape
 pub use check::{check_activation, check_attention, check_exp, check_gau, check_softmax, Mismatch, U};
 pub use element::{widen, Element};
 pub use gau::{gau, GauParams, GauResult, GauShape, Normalizer, Rope, ScoreScale};
+pub use gelu::{check_gelu, check_gelu_tanh, gelu, gelu_tanh, gelu_tanh_arg};
 pub use half::{bf16, f16};
 pub use norm::{
     add_layer_norm, add_rms_norm, batch_norm, batch_norm_train, check_batch_norm, check_batch_norm_train,

@@ -2,6 +2,7 @@
 
 pub(crate) mod activation;
 pub(crate) mod exp;
+pub(crate) mod gelu;
 
 use crate::element::Element;
 use crate::simd::Simd;
