@@ -56,7 +56,7 @@ def strip(code):
 def inline_modules(code):
     """The code with each inline `mod name { … }` read as part of its file's module: its
     `super::` becomes `self::` (one level up from the inline module is the file itself)."""
-    for m in reversed(list(re.finditer(r"\bmod\s+\w+\s*\{", code))):
+    for m in reversed(list(re.finditer(r"\bmod\s+\$?\w+\s*\{", code))):
         depth, i = 1, m.end()
         while depth:
             depth += {"{": 1, "}": -1}.get(code[i], 0)

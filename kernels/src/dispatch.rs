@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use crate::error::Error;
 use crate::isa::{best_isa, missing_features, Isa};
-use crate::simd::{Simd, Token};
+use crate::simd::Simd;
 use crate::stores::{Caches, Stores};
 
 /// An operation the kernels run: the generic body of a kernel with its validated arguments.
@@ -30,31 +30,39 @@ pub(crate) trait Op {
     unsafe fn eval<S: Simd>(self, s: S) -> Self::Output;
 }
 
-/// Defines the entry function of one ISA: `op.eval` with that ISA's token.
+/// Defines `mod $module` with the entry function of one ISA, `on`: `op.eval` with that ISA's
+/// token. A module each, because the compiler gives the instances of a generic function to the
+/// code-generation unit of the module that defines it: so each ISA's kernels are compiled in a
+/// unit of their own, in parallel.
 macro_rules! entry {
-    ($name:ident, $token:ty $(, $features:literal)?) => {
-        /// # Safety
-        /// The CPU supports the ISA of the token; as [`Op::eval`].
-        $(#[target_feature(enable = $features)])?
-        #[inline(never)]
-        unsafe fn $name<O: Op>(op: O) -> O::Output {
-            // SAFETY: forwarded from the caller; the CPU supports the ISA.
-            unsafe { op.eval(<$token as Token>::new_unchecked()) }
+    ($module:ident, $token:ty $(, $features:literal)?) => {
+        mod $module {
+            use super::Op;
+            use crate::simd::Token;
+
+            /// # Safety
+            /// The CPU supports the ISA of the token; as [`Op::eval`].
+            $(#[target_feature(enable = $features)])?
+            #[inline(never)]
+            pub(super) unsafe fn on<O: Op>(op: O) -> O::Output {
+                // SAFETY: forwarded from the caller; the CPU supports the ISA.
+                unsafe { op.eval(<$token as Token>::new_unchecked()) }
+            }
         }
     };
 }
 
-entry!(on_scalar, crate::simd::scalar::Scalar);
+entry!(scalar, crate::simd::scalar::Scalar);
 #[cfg(target_arch = "x86_64")]
-entry!(on_avx2, crate::simd::avx2::Avx2, "avx2,fma,f16c");
+entry!(avx2, crate::simd::avx2::Avx2, "avx2,fma,f16c");
 #[cfg(target_arch = "x86_64")]
 entry!(
-    on_avx512,
+    avx512,
     crate::simd::avx512::Avx512,
     "avx512f,avx512bw,avx512dq,avx512vl,fma"
 );
 #[cfg(target_arch = "aarch64")]
-entry!(on_neon, crate::simd::neon::Neon, "neon");
+entry!(neon, crate::simd::neon::Neon, "neon");
 
 impl Isa {
     /// `Ok` if this CPU and this build can run the ISA, else an error that says what is missing.
@@ -243,13 +251,13 @@ impl Kernels {
         // (`for_isa`, or `best`, which takes an available ISA); the rest is the caller's.
         unsafe {
             match self.isa {
-                Isa::Scalar => on_scalar(op),
+                Isa::Scalar => scalar::on(op),
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => on_avx2(op),
+                Isa::Avx2 => avx2::on(op),
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => on_avx512(op),
+                Isa::Avx512 => avx512::on(op),
                 #[cfg(target_arch = "aarch64")]
-                Isa::Neon => on_neon(op),
+                Isa::Neon => neon::on(op),
                 #[allow(unreachable_patterns)]
                 _ => unreachable!("a Kernels value is only made for an ISA of this build"),
             }

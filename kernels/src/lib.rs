@@ -41,6 +41,7 @@ mod error;
 pub mod gau;
 mod gemm;
 mod isa;
+pub mod linear;
 mod math;
 pub mod norm;
 mod simd;
@@ -64,6 +65,9 @@ pub use gau::{
 /// types every kernel accepts.
 pub use half;
 pub use isa::{available_isas, best_isa, Isa};
+pub use linear::{
+    linear, pack_linear, Activation, LinearOptions, LinearWeights, PackedLinear, WeightLayout, WeightType,
+};
 pub use norm::{
     add_layer_norm, add_layer_norm_inplace, add_layer_norm_with_stats, add_rms_norm, add_rms_norm_inplace, batch_norm,
     batch_norm_inplace, batch_norm_train, batch_norm_train_with_stats, layer_norm, layer_norm_inplace,

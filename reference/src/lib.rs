@@ -33,6 +33,7 @@ mod check;
 mod element;
 mod gau;
 mod gelu;
+mod linear;
 mod norm;
 mod softmax;
 mod ulp;
@@ -43,6 +44,7 @@ pub use element::{widen, Element};
 pub use gau::{gau, GauParams, GauResult, GauShape, Normalizer, Rope, ScoreScale};
 pub use gelu::{check_gelu, check_gelu_tanh, gelu, gelu_tanh, gelu_tanh_arg};
 pub use half::{bf16, f16};
+pub use linear::{check_linear, linear, Activation, LinearResult};
 pub use norm::{
     add_layer_norm, add_rms_norm, batch_norm, batch_norm_train, check_batch_norm, check_batch_norm_train,
     check_layer_norm, check_rms_norm, layer_norm, layer_norm_row_bounds, residual, rms_norm, BatchNormTrainOutputs,

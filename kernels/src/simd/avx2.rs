@@ -144,6 +144,17 @@ impl Simd for Avx2 {
         unsafe { _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v)) }
     }
     #[inline(always)]
+    unsafe fn load_bf16_pair(self, p: *const u32) -> (__m256, __m256) {
+        // SAFETY: the caller guarantees 8 readable words.
+        unsafe {
+            let w = _mm256_loadu_si256(p.cast());
+            (
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)),
+                _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536))),
+            )
+        }
+    }
+    #[inline(always)]
     unsafe fn load_bf16(self, p: *const u16) -> __m256 {
         // SAFETY: the caller guarantees 8 readable values.
         unsafe {

@@ -119,6 +119,17 @@ impl Simd for Avx512 {
         unsafe { _mm256_storeu_si256(p.cast(), f16_rne(v)) }
     }
     #[inline(always)]
+    unsafe fn load_bf16_pair(self, p: *const u32) -> (__m512, __m512) {
+        // SAFETY: the caller guarantees 16 readable words.
+        unsafe {
+            let w = _mm512_loadu_si512(p.cast());
+            (
+                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)),
+                _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(-65536))),
+            )
+        }
+    }
+    #[inline(always)]
     unsafe fn load_bf16(self, p: *const u16) -> __m512 {
         // SAFETY: the caller guarantees 16 readable values.
         unsafe { bf16_widen(_mm256_loadu_si256(p.cast())) }

@@ -99,6 +99,15 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// `p..p + LANES` must be writable.
     unsafe fn store_bf16(self, p: *mut u16, v: Self::V);
 
+    /// Loads two vectors of bfloat16 values packed in pairs: `LANES` 32-bit words, each holding
+    /// lane `i` of the first vector in its low half and lane `i` of the second in its high
+    /// half, both widened exactly. One load and two integer operations for two vectors, with
+    /// no shuffle: the layout of the bf16 weights of `linear`.
+    ///
+    /// # Safety
+    /// `p..p + LANES` must be readable.
+    unsafe fn load_bf16_pair(self, p: *const u32) -> (Self::V, Self::V);
+
     /// [`Simd::load_f16`] of the first `n < LANES` values, `fill` elsewhere. Never touches
     /// memory past `p + n`. The default goes through a stack buffer.
     ///

@@ -91,6 +91,17 @@ impl Simd for Neon {
         }
     }
     #[inline(always)]
+    unsafe fn load_bf16_pair(self, p: *const u32) -> (float32x4_t, float32x4_t) {
+        // SAFETY: the caller guarantees 4 readable words.
+        unsafe {
+            let w = vld1q_u32(p);
+            (
+                vreinterpretq_f32_u32(vshlq_n_u32::<16>(w)),
+                vreinterpretq_f32_u32(vandq_u32(w, vdupq_n_u32(0xffff_0000))),
+            )
+        }
+    }
+    #[inline(always)]
     unsafe fn load_bf16(self, p: *const u16) -> float32x4_t {
         // SAFETY: the caller guarantees 4 readable values.
         unsafe { vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p))) }

@@ -61,6 +61,12 @@ impl Simd for Scalar {
         unsafe { p.write_unaligned(f32_to_f16(v)) }
     }
     #[inline(always)]
+    unsafe fn load_bf16_pair(self, p: *const u32) -> (f32, f32) {
+        // SAFETY: the caller guarantees `p` is readable.
+        let w = unsafe { p.read_unaligned() };
+        (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000))
+    }
+    #[inline(always)]
     unsafe fn load_bf16(self, p: *const u16) -> f32 {
         // SAFETY: the caller guarantees `p` is readable.
         half::bf16::from_bits(unsafe { p.read_unaligned() }).to_f32()
