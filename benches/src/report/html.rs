@@ -134,7 +134,7 @@ fn page(run: &Run, rows: &[Row], outcomes: &[Outcome], charts: &[(String, String
             "Left: compute-bound kernels, GFLOP/s against FLOP per byte moved, under the FMA peak and the copy \
              bandwidths measured in this run (log-log). Right: memory-bound kernels (no FLOP count), GB/s against \
              their working set (input and output bytes), under the copy bandwidth measured in this run at three \
-             sizes. A point on a ceiling runs at the machine's limit."
+             sizes (hollow: f16/bf16 rows). A point on a ceiling runs at the machine's limit."
         } else if file == "speedup.svg" {
             "Speed-up of each kernel's headline row over plain Rust (what a user writes without this crate) and \
              over the unfused composition (attention, GAU: the gemm crate around this crate's pieces; Add & \
@@ -248,11 +248,13 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
         root.fill(&WHITE).map_err(err)?;
         let (left, right) = root.split_horizontally(575);
 
-        // Compute-bound: GFLOP/s against FLOP/byte.
+        // Compute-bound: GFLOP/s against FLOP/byte, the rows held against this ISA's peak (the
+        // GAU's composition on another ISA runs the gemm crate's widest kernels).
+        let own_peak = format!("fma peak({})", crate::roofline::vectors(isa.parse().map_err(err)?));
         let compute: Vec<&Row> = of_isa
             .iter()
             .copied()
-            .filter(|r| r.flops.is_some() && r.bytes.is_some())
+            .filter(|r| r.flops.is_some() && r.bytes.is_some() && r.roofline.as_deref() == Some(&own_peak))
             .collect();
         let top = peak.unwrap_or(100.0) * 2.0;
         let mut chart = ChartBuilder::on(&left)
@@ -285,21 +287,15 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
                 .label(format!("{label}: {bw:.0} GB/s"))
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], style));
         }
-        for (i, kernel) in kernels_of(compute.iter().copied()).iter().enumerate() {
+        for (i, r) in compute.iter().enumerate() {
+            let (Some(flops), Some(bytes), Some(gflops)) = (r.flops, r.bytes, r.gflop_per_s()) else {
+                continue;
+            };
             let style = colour(i).filled();
-            let points: Vec<(f64, f64, String)> = compute
-                .iter()
-                .filter(|r| &r.kernel == kernel)
-                .filter_map(|r| Some((r.flops? / r.bytes?, r.gflop_per_s()?, r.shape.clone())))
-                .collect();
             chart
-                .draw_series(points.iter().map(|(x, y, shape)| {
-                    EmptyElement::at((*x, *y))
-                        + Circle::new((0, 0), 4, style)
-                        + Text::new(shape.clone(), (6, -10), ("sans-serif", 10))
-                }))
+                .draw_series([Circle::new((flops / bytes, gflops), 5, style)])
                 .map_err(err)?
-                .label(kernel.clone())
+                .label(format!("{} {}", r.kernel, r.shape))
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, style));
         }
         chart
@@ -323,20 +319,18 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
             .margin(12)
             .x_label_area_size(42)
             .y_label_area_size(58)
-            .build_cartesian_2d(
-                (4096f64..1.0e9f64).log_scale(),
-                (fastest / 300.0..fastest * 2.0).log_scale(),
-            )
+            .build_cartesian_2d(10f64..30f64, (fastest / 300.0..fastest * 2.0).log_scale())
             .map_err(err)?;
         chart
             .configure_mesh()
-            .x_desc("working set (bytes read + written)")
+            .x_desc("working set (bytes read + written, log scale)")
             .y_desc("GB/s")
-            .x_label_formatter(&|b| bytes_label(*b))
+            .x_labels(11)
+            .x_label_formatter(&|e| bytes_label(e.exp2()))
             .label_style(("sans-serif", 12))
             .draw()
             .map_err(err)?;
-        let steps: Vec<(f64, f64)> = copies.iter().map(|c| (c.0, c.1)).collect();
+        let steps: Vec<(f64, f64)> = copies.iter().map(|c| (c.0.log2(), c.1)).collect();
         chart
             .draw_series(LineSeries::new(steps.clone(), BLACK.stroke_width(2)))
             .map_err(err)?
@@ -350,7 +344,7 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
             let points: Vec<(f64, f64, bool)> = memory
                 .iter()
                 .filter(|r| &r.kernel == kernel)
-                .filter_map(|r| Some((r.bytes?, r.gb_per_s()?, r.dtype != "f32")))
+                .filter_map(|r| Some((r.bytes?.log2(), r.gb_per_s()?, r.dtype != "f32")))
                 .collect();
             chart
                 .draw_series(points.iter().map(|&(x, y, half)| {
@@ -413,7 +407,7 @@ fn speedups(rows: &[Row]) -> Result<String, String> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(150)
-            .build_cartesian_2d((0.5f64..most * 1.5).log_scale(), -0.5f64..n as f64 - 0.5)
+            .build_cartesian_2d((0.25f64..most * 1.5).log_scale(), -0.5f64..n as f64 - 0.5)
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -421,8 +415,9 @@ fn speedups(rows: &[Row]) -> Result<String, String> {
             .y_labels(n)
             .y_label_formatter(&|y| {
                 let i = y.round();
-                if (y - i).abs() < 1e-6 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
+                if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                    // The first bar at the top.
+                    labels.get(n - 1 - i as usize).cloned().unwrap_or_default()
                 } else {
                     String::new()
                 }
@@ -440,8 +435,8 @@ fn speedups(rows: &[Row]) -> Result<String, String> {
             chart
                 .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
                     let v = if k == 0 { b.1 } else { b.2 }?;
-                    let y = i as f64 + top;
-                    Some(Rectangle::new([(0.5, y), (v, y + 0.36)], style))
+                    let y = (n - 1 - i) as f64 + top;
+                    Some(Rectangle::new([(0.25, y), (v, y + 0.36)], style))
                 }))
                 .map_err(err)?
                 .label(name)
@@ -510,8 +505,9 @@ fn errors(rows: &[Row]) -> Result<String, String> {
             .y_labels(n)
             .y_label_formatter(&|y| {
                 let i = y.round();
-                if (y - i).abs() < 1e-6 && i >= 0.0 {
-                    groups.get(i as usize).cloned().unwrap_or_default()
+                if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                    // The first group at the top.
+                    groups.get(n - 1 - i as usize).cloned().unwrap_or_default()
                 } else {
                     String::new()
                 }
@@ -539,7 +535,7 @@ fn errors(rows: &[Row]) -> Result<String, String> {
                     let g = groups.iter().position(|g| *g == format!("{} {}", r.kernel, r.dtype))?;
                     let f = r.bound_fraction?;
                     let x = if f.is_finite() { f.max(FLOOR) } else { most * 1.9 };
-                    Some((x, g as f64 + offset, r.input.is_some()))
+                    Some((x, (n - 1 - g) as f64 + offset, r.input.is_some()))
                 })
                 .collect();
             chart

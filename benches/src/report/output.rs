@@ -92,8 +92,8 @@ impl Row {
         self.vs.iter().find(|(n, _)| n == name).map(|&(_, q)| q)
     }
 
-    /// The speedup over the unfused composition of the same work (the first of
-    /// [`UNFUSED`] in [`Row::vs`]).
+    /// The speedup over the unfused composition of the same work: the first entry of
+    /// [`Row::vs`] named `gemm` (attention, GAU) or `add+ln` (Add & LayerNorm).
     pub fn vs_unfused(&self) -> Option<f64> {
         UNFUSED.iter().find_map(|name| self.vs(name))
     }
