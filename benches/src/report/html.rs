@@ -12,6 +12,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::output::{self, Row};
@@ -298,14 +300,7 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
                 .label(format!("{} {}", r.kernel, r.shape))
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, style));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font(("sans-serif", 11))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
 
         // Memory-bound: GB/s against the working set.
         let memory: Vec<&Row> = of_isa
@@ -356,17 +351,25 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
                 .label(kernel.clone())
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, colour.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .label_font(("sans-serif", 11))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+/// Draws the legend of `chart` at `position`.
+fn legend<'a, 'b: 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font(("sans-serif", 12))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(err)
 }
 
 /// `16KiB`, `32MiB`: a byte count for an axis.
@@ -380,6 +383,40 @@ fn bytes_label(b: f64) -> String {
     } else {
         format!("{b:.0}B")
     }
+}
+
+/// A chart of `labels` down the side (the first at the top: category `i` at `y = n − 1 − i`)
+/// against a logarithmic `x` axis, its mesh drawn.
+fn categories<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    x: std::ops::Range<f64>,
+    labels: &[String],
+    x_desc: &str,
+) -> Result<ChartContext<'a, SVGBackend<'b>, Cartesian2d<LogCoord<f64>, RangedCoordf64>>, String> {
+    let n = labels.len().max(1);
+    let mut chart = ChartBuilder::on(root)
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(150)
+        .build_cartesian_2d(x.log_scale(), -0.5f64..n as f64 - 0.5)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_formatter(&|y| {
+            let i = y.round();
+            if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                labels.get(n - 1 - i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc(x_desc)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
 }
 
 /// Horizontal bars: per headline row and SIMD ISA, the speed-up over plain Rust and over the
@@ -403,29 +440,7 @@ fn speedups(rows: &[Row]) -> Result<String, String> {
         let root = SVGBackend::with_string(&mut svg, (900, 70 + 26 * n as u32)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(150)
-            .build_cartesian_2d((0.25f64..most * 1.5).log_scale(), -0.5f64..n as f64 - 0.5)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(n)
-            .y_label_formatter(&|y| {
-                let i = y.round();
-                if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
-                    // The first bar at the top.
-                    labels.get(n - 1 - i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .x_desc("speed-up (×, log scale)")
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(err)?;
+        let mut chart = categories(&root, 0.25..most * 1.5, &labels, "speed-up (×, log scale)")?;
         for (k, name) in ["over plain Rust", "over the unfused composition"]
             .into_iter()
             .enumerate()
@@ -448,14 +463,7 @@ fn speedups(rows: &[Row]) -> Result<String, String> {
                 BLACK.stroke_width(1),
             ))
             .map_err(err)?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font(("sans-serif", 12))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -493,29 +501,12 @@ fn errors(rows: &[Row]) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, (900, 80 + 24 * n as u32)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(150)
-            .build_cartesian_2d((FLOOR / 2.0..most * 2.0).log_scale(), -0.5f64..n as f64 - 0.5)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_labels(n)
-            .y_label_formatter(&|y| {
-                let i = y.round();
-                if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
-                    // The first group at the top.
-                    groups.get(n - 1 - i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .x_desc("worst error ÷ documented bound (log scale; ≤ 1 holds)")
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(err)?;
+        let mut chart = categories(
+            &root,
+            FLOOR / 2.0..most * 2.0,
+            &groups,
+            "worst error ÷ documented bound (log scale; ≤ 1 holds)",
+        )?;
         chart
             .draw_series(LineSeries::new(
                 [(1.0, -0.5), (1.0, n as f64 - 0.5)],
@@ -550,14 +541,7 @@ fn errors(rows: &[Row]) -> Result<String, String> {
                 .label(isa.clone())
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, colour.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", 12))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
