@@ -191,9 +191,9 @@ fn page(run: &Run, rows: &[Row], outcomes: &[Outcome], charts: &[(String, String
     h
 }
 
-/// The colour of the `i`-th series.
+/// The colour of the `i`-th series: twenty apart (a dark and a light tone of ten hues).
 fn colour(i: usize) -> RGBColor {
-    const COLOURS: [RGBColor; 10] = [
+    const COLOURS: [RGBColor; 20] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -204,8 +204,24 @@ fn colour(i: usize) -> RGBColor {
         RGBColor(127, 127, 127),
         RGBColor(188, 189, 34),
         RGBColor(23, 190, 207),
+        RGBColor(174, 199, 232),
+        RGBColor(255, 187, 120),
+        RGBColor(152, 223, 138),
+        RGBColor(255, 152, 150),
+        RGBColor(197, 176, 213),
+        RGBColor(196, 156, 148),
+        RGBColor(247, 182, 210),
+        RGBColor(199, 199, 199),
+        RGBColor(219, 219, 141),
+        RGBColor(158, 218, 229),
     ];
     COLOURS[i % COLOURS.len()]
+}
+
+/// The grey of the `i`-th copy ceiling, darker for larger copies.
+fn grey(i: usize) -> RGBColor {
+    let level = 190u8.saturating_sub(60 * i as u8);
+    RGBColor(level, level, level)
 }
 
 /// The kernels among `rows`, in order.
@@ -281,7 +297,7 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
                 .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], BLACK.stroke_width(2)));
         }
         for (i, (_, bw, label)) in copies.iter().enumerate() {
-            let style = colour(7 + i).stroke_width(1);
+            let style = grey(i).stroke_width(1);
             let end = peak.map_or(1000.0, |p| (p / bw).min(1000.0));
             chart
                 .draw_series(LineSeries::new([(0.1, 0.1 * bw), (end, end * bw)], style))
@@ -545,4 +561,89 @@ fn errors(rows: &[Row]) -> Result<String, String> {
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::targets::{read, TARGETS};
+    use super::super::Scope;
+    use super::*;
+
+    fn row(kernel: &str, isa: &str, shape: &str) -> Row {
+        Row {
+            kernel: kernel.into(),
+            isa: isa.into(),
+            dtype: "f32".into(),
+            shape: shape.into(),
+            ns_per_iter: 1e6,
+            rounds: 3,
+            ..Row::default()
+        }
+    }
+
+    /// A run's worth of rows, without measuring: the machine's limits and a few kernels.
+    fn rows() -> Vec<Row> {
+        let mut rows = vec![Row {
+            flops: Some(2.6e8),
+            ..row("roofline", "avx512", "fma peak")
+        }];
+        for (label, bytes, ns) in [("copy 16KiB", 32768.0, 65.0), ("copy 64MiB", 1.3e8, 2.8e6)] {
+            rows.push(Row {
+                bytes: Some(bytes),
+                ns_per_iter: ns,
+                ..row("roofline", "avx512", label)
+            });
+        }
+        rows.push(Row {
+            bytes: Some(3.3e7),
+            elements: Some(4.2e6),
+            roofline: Some("copy(avx512, ordinary stores)".into()),
+            roofline_ratio: Some(0.6),
+            vs_plain: Some(14.0),
+            bound_fraction: Some(0.5),
+            within_bound: Some(true),
+            ..row("softmax", "avx512", "4096x1024")
+        });
+        rows.push(Row {
+            bytes: Some(4.2e6),
+            flops: Some(5.4e8),
+            roofline: Some("fma peak(avx512)".into()),
+            roofline_ratio: Some(0.7),
+            vs: vec![("gemm".into(), 0.98)],
+            bound_fraction: Some(0.0),
+            within_bound: Some(true),
+            ..row("attention", "avx512", "plain L=512")
+        });
+        rows
+    }
+
+    #[test]
+    fn the_page_and_its_charts_are_written() {
+        let dir = std::env::temp_dir().join(format!("kernels-report-html-{}", std::process::id()));
+        let rows = rows();
+        let outcomes = read(TARGETS, &rows);
+        let run = Run {
+            cpu: "Test CPU".into(),
+            l2: Some(1 << 20),
+            isas: vec!["avx512".into(), "scalar".into()],
+            scope: Scope::Quick,
+            unix: 0,
+            rounds: 3,
+            batch_ms: 1.0,
+        };
+        let page = write(Some(dir.clone()), &run, &rows, &outcomes).expect("written");
+        let html = std::fs::read_to_string(&page).expect("readable");
+        for file in ["roofline-avx512.svg", "speedup.svg", "errors.svg"] {
+            let svg = std::fs::read_to_string(dir.join(file)).expect(file);
+            assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{file}");
+            assert!(html.contains(&format!("href=\"{file}\"")), "{file} linked");
+        }
+        assert_eq!(html.matches("<svg").count(), 3, "the charts inlined");
+        assert!(html.contains("<td class=\"l\">softmax</td>"), "the summary as a table");
+        assert!(
+            html.contains("4.20 Gelem/s") && html.contains("0.50"),
+            "figures of the rows"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleaned up");
+    }
 }
