@@ -2,7 +2,8 @@
 //! one group per ISA of this CPU (`attention/{isa}`), each with `plain` (no mask, no P, no S)
 //! and `realformer` (P in, S out); and `attention/composed` with the unfused compositions
 //! (gemm crate or matrixmultiply GEMMs around the softmax of the best ISA, and the gemm crate
-//! around the plain scalar softmax, shared/PERF.md's peer; see `benches::composed`).
+//! around the plain scalar softmax, the peer of the report's attention target; see
+//! `benches::composed`).
 //!
 //! Throughput is in elements = FLOPs, `4·L²·D·H` per call (`2·Dk` for Q·Kᵀ and `2·Dv` for P·V per
 //! query, key and head, the count of the report's GFLOP/s), so criterion's "elem/s" reads as

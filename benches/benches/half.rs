@@ -1,4 +1,4 @@
-//! Criterion benches of the kernels over f16 and bf16 tensors (issue 7): one group per ISA of
+//! Criterion benches of the kernels over f16 and bf16 tensors: one group per ISA of
 //! this CPU and storage type, the f32 kernel alongside for comparison, throughput in bytes
 //! (each tensor read or written once, at the storage type's width) or in elements.
 //!
@@ -86,7 +86,7 @@ fn group<E: Element>(c: &mut Criterion, k: Kernels) {
         });
     }
 
-    // Attention, issue 4's plain shape at L = 512: throughput in FLOPs-as-elements would
+    // Attention, the report's plain shape at L = 512: throughput in FLOPs-as-elements would
     // mislead criterion's units, so in query·key pairs (×4·D·H FLOPs each).
     let (heads, dim) = (report::attention::HEADS, report::attention::DIM);
     let shape = AttentionShape::self_attention(1, heads, ATTENTION_LEN, dim);
@@ -115,7 +115,7 @@ fn group<E: Element>(c: &mut Criterion, k: Kernels) {
         })
     });
 
-    // GAU, issue 5's shape at T = 256: throughput in tokens.
+    // GAU, the report's shape at T = 256: throughput in tokens.
     let shape = report::gau::shape(GAU_LEN);
     let weights = report::gau::Weights::new(&shape);
     let x: Vec<E> = narrow(&report::gau::input(GAU_LEN));

@@ -4,8 +4,8 @@
 //! when a store and a later load are a multiple of 4 KiB apart, the CPU may take the load for
 //! a dependence on the store ("4K aliasing") and stall it. Two separate large allocations are
 //! both page-aligned plus the same allocator header, so they alias on every element; on this
-//! project's machines an output 2 KiB past the input's page offset ran 20–40% faster (see
-//! shared/PERF.md). Every kernel, baseline and roofline of one case therefore runs on the same
+//! project's machines an output 2 KiB past the input's page offset ran 20–40% faster. Every
+//! kernel, baseline and roofline of one case therefore runs on the same
 //! [`Pair`]: one allocation, the input page-aligned, the output starting `offset` bytes past
 //! the first page boundary after the input.
 

@@ -4,8 +4,8 @@
 //! The softmax ([`RowSoftmax`]) is either [`Kernels::softmax`] of a chosen ISA with its scale
 //! and mask options, the strongest baseline: it differs from the fused kernel only in the
 //! materialized scores; or the plain scalar Rust softmax of [`crate::plain`] (libm's
-//! `f32::exp`), the composition shared/PERF.md measured as the peer "gemm crate + scalar
-//! softmax". The GEMMs come from one of two crates ([`Gemm`]), single-threaded; both pick their
+//! `f32::exp`), the peer "gemm crate + scalar softmax" of the report's attention target. The
+//! GEMMs come from one of two crates ([`Gemm`]), single-threaded; both pick their
 //! best kernels at run time (AVX-512 on a CPU that has it: gemm with its `x86-v4` feature,
 //! matrixmultiply by default), whatever the softmax.
 //!

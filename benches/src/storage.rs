@@ -7,7 +7,14 @@
 
 use std::mem::{align_of, size_of};
 
+use kernels::half::{bf16, f16};
 use kernels::Element;
+
+/// A storage type both crates know: the kernels compute with it, `reference` checks it.
+pub trait Typed: Element + reference::Element {}
+impl Typed for f32 {}
+impl Typed for f16 {}
+impl Typed for bf16 {}
 
 /// f32 slots that hold `len` elements of `E`.
 pub fn slots<E: Element>(len: usize) -> usize {

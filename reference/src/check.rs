@@ -9,7 +9,7 @@
 use std::fmt;
 
 use crate::attention::{attention, AttentionOptions, AttentionShape};
-use crate::element::{accepts, matches_exactly, widen, Bound, Element};
+use crate::element::{accepts, exact_fraction, fraction, matches_exactly, widen, Bound, Element};
 use crate::gau::{gau, GauParams, GauShape};
 use crate::softmax::{log_softmax, scores, softmax, MaskedRows};
 
@@ -76,13 +76,78 @@ pub(crate) fn exact_match<E: Element>(index: usize, got: E, exact: f64) -> Resul
     }
 }
 
-/// `Ok` if `got` is within `bound` of `exact` ([`accepts`]: the f32 rule `|y − ŷ| ≤ B`, plus
-/// one rounding to `E` for a narrower type).
-fn within<E: Element>(index: usize, got: E, exact: f64, bound: f64) -> Result<(), Mismatch> {
-    if accepts(got, exact, Bound::Abs(bound)) {
+/// What a check does with each element it meets: a check walks its output once, stating the
+/// rule of each element, and the judge decides. [`FirstMismatch`] stops at the first element
+/// outside its bound (the `check_*` functions); [`Worst`] keeps the largest error as a
+/// fraction of the bound (the [`crate::fraction`] functions). One walk per kernel, so the two
+/// can never state a bound differently.
+pub(crate) trait Judge {
+    /// `got` must be within `bound` of `exact` (plus one rounding to `E`).
+    fn within<E: Element>(&mut self, index: usize, got: E, exact: f64, bound: Bound) -> Result<(), Mismatch>;
+    /// `got` must equal `exact` rounded to f32 and then to `E` ([`exact_match`]).
+    fn exact<E: Element>(&mut self, index: usize, got: E, exact: f64) -> Result<(), Mismatch>;
+    /// Either rule holds: `got` within `a` or within `b` of `exact`.
+    fn within_either<E: Element>(
+        &mut self,
+        index: usize,
+        got: E,
+        exact: f64,
+        a: Bound,
+        b: Bound,
+    ) -> Result<(), Mismatch>;
+}
+
+/// The judge of the `check_*` functions: the first element outside its bound is the error.
+pub(crate) struct FirstMismatch;
+
+impl Judge for FirstMismatch {
+    fn within<E: Element>(&mut self, index: usize, got: E, exact: f64, bound: Bound) -> Result<(), Mismatch> {
+        if accepts(got, exact, bound) {
+            Ok(())
+        } else {
+            Err(Mismatch::new(index, got, exact, bound.abs_or_nan()))
+        }
+    }
+
+    fn exact<E: Element>(&mut self, index: usize, got: E, exact: f64) -> Result<(), Mismatch> {
+        exact_match(index, got, exact)
+    }
+
+    fn within_either<E: Element>(
+        &mut self,
+        index: usize,
+        got: E,
+        exact: f64,
+        a: Bound,
+        b: Bound,
+    ) -> Result<(), Mismatch> {
+        if accepts(got, exact, a) || accepts(got, exact, b) {
+            Ok(())
+        } else {
+            Err(Mismatch::new(index, got, exact, f64::NAN))
+        }
+    }
+}
+
+/// The judge of the [`crate::fraction`] functions: every element is seen, the largest error
+/// as a fraction of its bound kept (∞ for a failed exact match).
+#[derive(Debug, Default)]
+pub(crate) struct Worst(pub f64);
+
+impl Judge for Worst {
+    fn within<E: Element>(&mut self, _: usize, got: E, exact: f64, bound: Bound) -> Result<(), Mismatch> {
+        self.0 = self.0.max(fraction(got, exact, bound));
         Ok(())
-    } else {
-        Err(Mismatch::new(index, got, exact, bound))
+    }
+
+    fn exact<E: Element>(&mut self, _: usize, got: E, exact: f64) -> Result<(), Mismatch> {
+        self.0 = self.0.max(exact_fraction(got, exact as f32));
+        Ok(())
+    }
+
+    fn within_either<E: Element>(&mut self, _: usize, got: E, exact: f64, a: Bound, b: Bound) -> Result<(), Mismatch> {
+        self.0 = self.0.max(fraction(got, exact, a).min(fraction(got, exact, b)));
+        Ok(())
     }
 }
 
@@ -111,6 +176,21 @@ pub fn check_softmax<E: Element>(
     log: bool,
     got: &[E],
 ) -> Result<(), Mismatch> {
+    walk_softmax(x, n, scale, mask, policy, log, got, &mut FirstMismatch)
+}
+
+/// The walk of [`check_softmax`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_softmax<E: Element>(
+    x: &[E],
+    n: usize,
+    scale: f32,
+    mask: Option<&[f32]>,
+    policy: MaskedRows,
+    log: bool,
+    got: &[E],
+    judge: &mut impl Judge,
+) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     if n == 0 {
         return Ok(());
@@ -129,7 +209,7 @@ pub fn check_softmax<E: Element>(
             let index = r * n + j;
             let (y, e) = (got[index], exact[index]);
             if e.is_nan() || (e as f32).is_infinite() || zj == f64::NEG_INFINITY {
-                exact_match(index, y, e)?;
+                judge.exact(index, y, e)?;
                 continue;
             }
             let bound = if log {
@@ -138,7 +218,7 @@ pub fn check_softmax<E: Element>(
                 (24.0 + (zj - m).abs()) * U * e + f32::MIN_POSITIVE as f64
             };
             // Fails on a NaN result where the exact one is finite.
-            within(index, y, e, bound)?;
+            judge.within(index, y, e, Bound::Abs(bound))?;
         }
     }
     Ok(())
@@ -151,12 +231,14 @@ pub fn check_softmax<E: Element>(
 /// `[E(c⁻), E(c⁺)]` where `c⁻`, `c⁺` are `exp` rounded to f32 and stepped 1 ulp down and up:
 /// the rounding to `E` of an f32 result within 1 ulp.
 pub fn check_exp<E: Element>(x: &[E], got: &[E]) -> Result<(), Mismatch> {
+    walk_exp(x, got, &mut FirstMismatch)
+}
+
+/// The walk of [`check_exp`].
+pub(crate) fn walk_exp<E: Element>(x: &[E], got: &[E], judge: &mut impl Judge) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     for (index, (&v, &y)) in x.iter().zip(got).enumerate() {
-        let exact = v.to_f64().exp();
-        if !accepts(y, exact, Bound::Ulps(1)) {
-            return Err(Mismatch::new(index, y, exact, f64::NAN));
-        }
+        judge.within(index, y, v.to_f64().exp(), Bound::Ulps(1))?;
     }
     Ok(())
 }
@@ -174,13 +256,24 @@ const SUBNORMAL_HALF_ULP: f64 = f32::MIN_POSITIVE as f64 / (1u64 << 24) as f64;
 /// rounded to f32 and stepped 3 ulp down and up, or (where `|ŷ| < 2⁻¹²⁶`) the rounded ends of
 /// `[ŷ − 2⁻¹²⁶, ŷ + 2⁻¹²⁶]`.
 pub fn check_activation<E: Element>(x: &[E], swish: bool, got: &[E]) -> Result<(), Mismatch> {
+    walk_activation(x, swish, got, &mut FirstMismatch)
+}
+
+/// The walk of [`check_activation`].
+pub(crate) fn walk_activation<E: Element>(
+    x: &[E],
+    swish: bool,
+    got: &[E],
+    judge: &mut impl Judge,
+) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     let x = &widen(x)[..];
     let exact = if swish { crate::swish(x) } else { crate::sigmoid(x) };
     for (index, (&y, &e)) in got.iter().zip(&exact).enumerate() {
-        let tiny = e.abs() < f32::MIN_POSITIVE as f64 && accepts(y, e, Bound::Abs(f32::MIN_POSITIVE as f64));
-        if !tiny && !accepts(y, e, Bound::Ulps(3)) {
-            return Err(Mismatch::new(index, y, e, f64::NAN));
+        if e.abs() < f32::MIN_POSITIVE as f64 {
+            judge.within_either(index, y, e, Bound::Ulps(3), Bound::Abs(f32::MIN_POSITIVE as f64))?;
+        } else {
+            judge.within(index, y, e, Bound::Ulps(3))?;
         }
     }
     Ok(())
@@ -220,6 +313,21 @@ pub fn check_attention<E: Element>(
     opts: &AttentionOptions,
     out: &[E],
     scores: Option<&[f32]>,
+) -> Result<(), Mismatch> {
+    walk_attention(shape, q, k, v, opts, out, scores, &mut FirstMismatch)
+}
+
+/// The walk of [`check_attention`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_attention<E: Element>(
+    shape: &AttentionShape,
+    q: &[E],
+    k: &[E],
+    v: &[E],
+    opts: &AttentionOptions,
+    out: &[E],
+    scores: Option<&[f32]>,
+    judge: &mut impl Judge,
 ) -> Result<(), Mismatch> {
     let v = &widen(v)[..];
     let res = attention(shape, &widen(q), &widen(k), v, opts);
@@ -264,7 +372,7 @@ pub fn check_attention<E: Element>(
                     for j in 0..kv_len {
                         let (got, exact, a) = (scores[row + j], res.scores[row + j], res.magnitude[row + j]);
                         if !exact.is_finite() {
-                            exact_match(row + j, got, exact)?;
+                            judge.exact(row + j, got, exact)?;
                             continue;
                         }
                         // Each rounding whose result is subnormal errs by up to 2⁻¹⁵⁰ absolute,
@@ -274,7 +382,7 @@ pub fn check_attention<E: Element>(
                         } else {
                             (dk + 2.0) * U * a + (dk + 2.0) * tiny
                         };
-                        within(row + j, got, exact, bound)?;
+                        judge.within(row + j, got, exact, Bound::Abs(bound))?;
                     }
                 }
                 let e = (0..kv_len)
@@ -308,7 +416,7 @@ pub fn check_attention<E: Element>(
                         }
                     }
                     if !exact.is_finite() || m == f64::NEG_INFINITY {
-                        exact_match(orow + d, got, exact)?;
+                        judge.exact(orow + d, got, exact)?;
                         continue;
                     }
                     let mut bound = 0.0;
@@ -339,7 +447,7 @@ pub fn check_attention<E: Element>(
                     }
                     // Flushed weights, and roundings in the subnormal range (≤ 2⁻¹⁵⁰ each).
                     bound += lk * f32::MIN_POSITIVE as f64 * vmax + (3.0 * lk + 16.0) * SUBNORMAL_HALF_ULP;
-                    within(orow + d, got, exact, bound)?;
+                    judge.within(orow + d, got, exact, Bound::Abs(bound))?;
                 }
             }
         }
@@ -354,16 +462,27 @@ pub fn check_attention<E: Element>(
 /// and bias in `params` is f32. For f16 and bf16, each element of `out` must be the rounding
 /// to `E` of an f32 within the bound (see [`crate::Element`]).
 pub fn check_gau<E: Element>(shape: &GauShape, x: &[E], params: &GauParams, out: &[E]) -> Result<(), Mismatch> {
+    walk_gau(shape, x, params, out, &mut FirstMismatch)
+}
+
+/// The walk of [`check_gau`].
+pub(crate) fn walk_gau<E: Element>(
+    shape: &GauShape,
+    x: &[E],
+    params: &GauParams,
+    out: &[E],
+    judge: &mut impl Judge,
+) -> Result<(), Mismatch> {
     let res = gau(shape, &widen(x), params);
     assert_eq!(out.len(), res.out.len(), "`out` must have the length of the output");
     for (index, ((&got, &exact), &bound)) in out.iter().zip(&res.out).zip(&res.bound).enumerate() {
         if !exact.is_finite() || !bound.is_finite() {
-            if exact.is_nan() && !got.to_f32().is_nan() {
-                return Err(Mismatch::new(index, got, exact, f64::NAN));
+            if exact.is_nan() {
+                judge.exact(index, got, exact)?;
             }
             continue;
         }
-        within(index, got, exact, bound)?;
+        judge.within(index, got, exact, Bound::Abs(bound))?;
     }
     Ok(())
 }

@@ -5,18 +5,29 @@ use half::{bf16, f16};
 
 mod sealed {
     /// Keeps [`super::Element`] closed to the three storage types, and carries what the
-    /// acceptance rule needs to tell f32 (whose rule must stay exactly what it was) apart.
+    /// acceptance rule needs to tell f32 (whose rule must stay exactly what it was) apart,
+    /// and the format's precision for [`super::fraction`].
     pub trait Sealed {
         const IS_F32: bool;
+        /// Significand bits, the implicit one included.
+        const DIGITS: i32;
+        /// The exponent of the smallest normal number.
+        const MIN_EXP: i32;
     }
     impl Sealed for f32 {
         const IS_F32: bool = true;
+        const DIGITS: i32 = 24;
+        const MIN_EXP: i32 = -126;
     }
     impl Sealed for half::f16 {
         const IS_F32: bool = false;
+        const DIGITS: i32 = 11;
+        const MIN_EXP: i32 = -14;
     }
     impl Sealed for half::bf16 {
         const IS_F32: bool = false;
+        const DIGITS: i32 = 8;
+        const MIN_EXP: i32 = -126;
     }
 }
 
@@ -168,6 +179,16 @@ pub(crate) enum Bound {
     Ulps(u64),
 }
 
+impl Bound {
+    /// `B` of [`Bound::Abs`]; NaN for a bound in ulps (as a [`crate::Mismatch`] states it).
+    pub(crate) fn abs_or_nan(self) -> f64 {
+        match self {
+            Bound::Abs(b) => b,
+            Bound::Ulps(_) => f64::NAN,
+        }
+    }
+}
+
 /// The acceptance rule of every check: is `got`, stored in `E`, within `bound` of `exact`?
 ///
 /// For f32 this is the f32 rule itself, unchanged. For f16 and bf16 it is that rule plus one
@@ -180,29 +201,119 @@ pub(crate) enum Bound {
 /// f32.
 pub(crate) fn accepts<E: Element>(got: E, exact: f64, bound: Bound) -> bool {
     match bound {
-        Bound::Abs(b) => {
-            if E::IS_F32 {
-                (got.to_f64() - exact).abs() <= b
-            } else {
-                in_rounded_bracket(got, f32_at_or_above(exact - b), f32_at_or_below(exact + b))
-            }
+        Bound::Abs(b) if E::IS_F32 => (got.to_f64() - exact).abs() <= b,
+        Bound::Ulps(k) if E::IS_F32 => crate::ulp_error(got.to_f32(), exact) <= k,
+        Bound::Ulps(_) if exact.is_nan() => got.to_f32().is_nan(),
+        _ => {
+            let (lo, hi) = f32_bracket(exact, bound);
+            in_rounded_bracket(got, lo, hi)
         }
+    }
+}
+
+/// The smallest and largest f32 results `bound` accepts at `exact` (NaN ends where `exact` is
+/// NaN under [`Bound::Abs`]): for [`Bound::Abs`] the f32 ends of `[ŷ − B, ŷ + B]`; for
+/// [`Bound::Ulps`], `ŷ` rounded to f32 and stepped `k` ulps down and up, through zero and up
+/// to ±∞.
+fn f32_bracket(exact: f64, bound: Bound) -> (f32, f32) {
+    match bound {
+        Bound::Abs(b) => (f32_at_or_above(exact - b), f32_at_or_below(exact + b)),
         Bound::Ulps(k) => {
-            if E::IS_F32 {
-                crate::ulp_error(got.to_f32(), exact) <= k
-            } else {
-                let c = exact as f32;
-                if c.is_nan() {
-                    return got.to_f32().is_nan();
-                }
-                let o = ordinal(c);
-                let k = k.min(1 << 40) as i64;
-                let inf = ordinal(f32::INFINITY);
-                let lo = from_ordinal((o - k).max(-inf));
-                let hi = from_ordinal((o + k).min(inf));
-                in_rounded_bracket(got, lo, hi)
-            }
+            let o = ordinal(exact as f32);
+            let k = k.min(1 << 40) as i64;
+            let inf = ordinal(f32::INFINITY);
+            (from_ordinal((o - k).max(-inf)), from_ordinal((o + k).min(inf)))
         }
+    }
+}
+
+/// `d/b` for an error `d` and an allowance `b`, both ≥ 0: 0 where `d = 0`, +∞ where `d > 0 = b`
+/// or either is NaN, 0 where `b = ∞ > d`.
+fn ratio(d: f64, b: f64) -> f64 {
+    if d.is_nan() || b.is_nan() {
+        f64::INFINITY
+    } else if d == 0.0 || (b.is_infinite() && d < b) {
+        0.0
+    } else {
+        d / b
+    }
+}
+
+/// The real values that round to `y` in `E`: `[y, y]` for f32 (whose rule compares `y`
+/// itself), else the midpoints between `y` and its neighbours in `E` (ties to even decided by
+/// [`fraction`]'s clamp), `[MAX + half a step, ∞]` for `+∞`.
+fn rounding_interval<E: Element>(y: f64) -> (f64, f64) {
+    if E::IS_F32 {
+        return (y, y);
+    }
+    // The spacing of E's values in the binade of |v| (that of the subnormals below it).
+    let spacing = |v: f64| {
+        let exponent = if v == 0.0 {
+            E::MIN_EXP
+        } else {
+            (((v.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(E::MIN_EXP)
+        };
+        2f64.powi(exponent - (E::DIGITS - 1))
+    };
+    let a = y.abs();
+    let (below, above) = if a.is_infinite() {
+        let max = E::from_f32(f32::MAX).to_f64();
+        let max = if max.is_infinite() { f32::MAX as f64 } else { max };
+        (max + spacing(max) / 2.0, f64::INFINITY)
+    } else {
+        let up = spacing(a);
+        // At a power of two the values below are twice as dense (unless subnormal).
+        let dense = a == 2f64.powi(a.log2().round() as i32) && up > spacing(0.0);
+        let down = if dense { up / 2.0 } else { up };
+        (a - down / 2.0, a + up / 2.0)
+    };
+    if y.is_sign_negative() {
+        (-above, -below)
+    } else {
+        (below, above)
+    }
+}
+
+/// The error of `got`, stored in `E`, as a fraction of the bound it is held to at `exact`:
+/// the smallest error an f32 result rounding to `got` would have had (for f32, `got`'s own
+/// error), divided by the f32 bound (`B`, or `k` ulps). The one rounding to `E` that the
+/// contract adds for f16 and bf16 is thereby free: a result that is `ŷ` correctly rounded to
+/// `E` reads 0, however far the rounding moved it (a value that underflows f16 included).
+/// 0 for an exact result, +∞ for a NaN against a number.
+///
+/// It is at most 1 exactly where [`accepts`] holds: the ratio is clamped to that verdict, so
+/// that a report built on it and a test built on `accepts` never disagree at an edge.
+pub(crate) fn fraction<E: Element>(got: E, exact: f64, bound: Bound) -> f64 {
+    let y = got.to_f64();
+    let raw = if y.is_nan() || exact.is_nan() {
+        if y.is_nan() && exact.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        // The point of the values rounding to `got` nearest to the exact value.
+        let (lo, hi) = rounding_interval::<E>(y);
+        let near = exact.clamp(lo, hi);
+        match bound {
+            Bound::Abs(b) => ratio((near - exact).abs(), b),
+            Bound::Ulps(k) => ratio(crate::ulp_error(near as f32, exact) as f64, k as f64),
+        }
+    };
+    if accepts(got, exact, bound) {
+        raw.min(1.0)
+    } else {
+        raw.max(1.0f64.next_up())
+    }
+}
+
+/// The fraction of [`fraction`] for a rule of exact equality ([`matches_exactly`]): 0 where
+/// `got` matches, +∞ where it does not.
+pub(crate) fn exact_fraction<E: Element>(got: E, want: f32) -> f64 {
+    if matches_exactly(got, want) {
+        0.0
+    } else {
+        f64::INFINITY
     }
 }
 
@@ -319,6 +430,58 @@ mod tests {
             brute::<f16>(exact, Bound::Ulps(k), lo, hi, f16::to_bits, f16::from_bits);
             brute::<bf16>(exact, Bound::Ulps(k), lo, hi, bf16::to_bits, bf16::from_bits);
         }
+    }
+
+    #[test]
+    fn fractions_agree_with_acceptance() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20000 {
+            let exact =
+                (1.0 + (next() % (1 << 30)) as f64 / (1u64 << 30) as f64) * 2f64.powi((next() % 40) as i32 - 20);
+            let b = (next() % 300) as f64 * 2f64.powi(-26) * exact;
+            let k = next() % 6;
+            let step = ((next() % 64) as f64 - 32.0) * 2f64.powi(-12) * exact;
+            let y = (exact + step) as f32;
+            for bound in [Bound::Abs(b), Bound::Ulps(k)] {
+                let (a32, f32_) = (accepts(y, exact, bound), fraction(y, exact, bound));
+                assert_eq!(a32, f32_ <= 1.0, "f32 {y:e} {exact:e} {bound:?} {f32_}");
+                let h = f16::from_f32(y);
+                assert_eq!(
+                    accepts(h, exact, bound),
+                    fraction(h, exact, bound) <= 1.0,
+                    "f16 {exact:e} {bound:?}"
+                );
+                let h = bf16::from_f32(y);
+                assert_eq!(
+                    accepts(h, exact, bound),
+                    fraction(h, exact, bound) <= 1.0,
+                    "bf16 {exact:e} {bound:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fractions_measure_the_error_against_the_bound() {
+        assert_eq!(fraction(1.5f32, 1.0, Bound::Abs(2.0)), 0.25);
+        assert_eq!(fraction(1.0f32, 1.0, Bound::Abs(0.0)), 0.0);
+        assert_eq!(fraction(1.5f32, 1.0, Bound::Abs(0.0)), f64::INFINITY);
+        assert_eq!(fraction(f32::from_bits(1.0f32.to_bits() + 2), 1.0, Bound::Ulps(4)), 0.5);
+        assert_eq!(fraction(f32::NAN, 1.0, Bound::Ulps(4)), f64::INFINITY);
+        assert_eq!(fraction(f32::NAN, f64::NAN, Bound::Ulps(4)), 0.0);
+        // A value that underflows f16 to 0 is within a tiny f32 bound plus the one rounding:
+        // its fraction is that of the rounding's half step, not a relative error of 1.
+        let tiny = 1e-9;
+        assert!(accepts(f16::ZERO, tiny, Bound::Abs(tiny * 1e-6)));
+        assert!(fraction(f16::ZERO, tiny, Bound::Abs(tiny * 1e-6)) < 1e-3);
+        assert_eq!(exact_fraction(f16::ONE, 1.0), 0.0);
+        assert_eq!(exact_fraction(f16::ONE, 2.0), f64::INFINITY);
     }
 
     #[test]

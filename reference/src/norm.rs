@@ -6,8 +6,8 @@
 //! (r + b)` of the fused forms is an f32 quantity by definition (`r + b` rounded, then one
 //! FMA), reproduced bit for bit by [`residual`]; the norms are then exact on those f32 values.
 
-use crate::check::{Mismatch, U};
-use crate::element::{accepts, matches_exactly, widen, Bound, Element};
+use crate::check::{FirstMismatch, Judge, Mismatch, U};
+use crate::element::{widen, Bound, Element};
 use crate::fma_f32;
 
 /// The outputs of [`layer_norm`]: per element `y`, per row the statistics.
@@ -294,22 +294,23 @@ impl std::fmt::Display for NormMismatch {
 
 /// `Err` unless `|got − exact| ≤ bound` (for f16 and bf16: unless `got` is the rounding of an
 /// f32 within it, see [`crate::Element`]); where the exact value is not a finite f32, `got`
-/// must equal it rounded to f32 and then to `E` (NaN for NaN).
-fn within<E: Element>(output: &'static str, index: usize, got: E, exact: f64, bound: f64) -> Result<(), NormMismatch> {
-    let ok = if exact.is_nan() || (exact as f32).is_infinite() {
-        matches_exactly(got, exact as f32)
+/// must equal it rounded to f32 and then to `E` (NaN for NaN). The judge decides (see
+/// [`Judge`]).
+fn within<E: Element>(
+    judge: &mut impl Judge,
+    output: &'static str,
+    index: usize,
+    got: E,
+    exact: f64,
+    bound: f64,
+) -> Result<(), NormMismatch> {
+    if exact.is_nan() || (exact as f32).is_infinite() {
+        judge.exact(index, got, exact)
     } else {
         // Fails if anything is NaN.
-        accepts(got, exact, Bound::Abs(bound))
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(NormMismatch {
-            output,
-            at: Mismatch::new(index, got, exact, bound),
-        })
+        judge.within(index, got, exact, Bound::Abs(bound))
     }
+    .map_err(|at| NormMismatch { output, at })
 }
 
 /// `|got − exact|/bound`, for the worst-ratio reports.
@@ -393,6 +394,22 @@ pub fn check_layer_norm<H: Element, E: Element>(
     mean: Option<&[f32]>,
     rstd: Option<&[f32]>,
 ) -> Result<f64, NormMismatch> {
+    walk_layer_norm(h, d, gamma, beta, eps, y, mean, rstd, &mut FirstMismatch)
+}
+
+/// The walk of [`check_layer_norm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_layer_norm<H: Element, E: Element>(
+    h: &[H],
+    d: usize,
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    eps: f32,
+    y: &[E],
+    mean: Option<&[f32]>,
+    rstd: Option<&[f32]>,
+    judge: &mut impl Judge,
+) -> Result<f64, NormMismatch> {
     assert_eq!(y.len(), h.len(), "`y` must have the length of `h`");
     let h = &widen(h)[..];
     let exact = layer_norm(h, d, gamma, beta, eps);
@@ -412,16 +429,16 @@ pub fn check_layer_norm<H: Element, E: Element>(
             let at = i * d + j;
             let (g, b) = affine(gamma, beta, j);
             let bound = element_bound(exact.y[at], g, b, rs, e_mu, eps_r);
-            within("y", at, y[at], exact.y[at], bound)?;
+            within(judge, "y", at, y[at], exact.y[at], bound)?;
             if bound > 0.0 && (exact.y[at] as f32).is_finite() {
                 worst = worst.max(ratio(y[at], exact.y[at], bound));
             }
         }
         if let Some(m) = mean {
-            within("mean", i, m[i], mu, e_mu + U * mu.abs())?;
+            within(judge, "mean", i, m[i], mu, e_mu + U * mu.abs())?;
         }
         if let Some(r) = rstd {
-            within("rstd", i, r[i], rs, eps_r * rs + SUB1)?;
+            within(judge, "rstd", i, r[i], rs, eps_r * rs + SUB1)?;
         }
     }
     Ok(worst)
@@ -447,6 +464,18 @@ pub fn check_rms_norm<H: Element, E: Element>(
     eps: f32,
     y: &[E],
 ) -> Result<f64, NormMismatch> {
+    walk_rms_norm(h, d, gain, eps, y, &mut FirstMismatch)
+}
+
+/// The walk of [`check_rms_norm`].
+pub(crate) fn walk_rms_norm<H: Element, E: Element>(
+    h: &[H],
+    d: usize,
+    gain: Option<&[f32]>,
+    eps: f32,
+    y: &[E],
+    judge: &mut impl Judge,
+) -> Result<f64, NormMismatch> {
     assert_eq!(y.len(), h.len(), "`y` must have the length of `h`");
     let h = &widen(h)[..];
     let exact = rms_norm(h, d, gain, eps);
@@ -463,7 +492,7 @@ pub fn check_rms_norm<H: Element, E: Element>(
             let at = i * d + j;
             let g = affine(gain, None, j).0;
             let bound = times(exact.y[at], eps_r + 2.0 * U) + SUB2 * (1.0 + g.abs());
-            within("y", at, y[at], exact.y[at], bound)?;
+            within(judge, "y", at, y[at], exact.y[at], bound)?;
             if bound > 0.0 && (exact.y[at] as f32).is_finite() {
                 worst = worst.max(ratio(y[at], exact.y[at], bound));
             }
@@ -493,6 +522,32 @@ pub fn check_batch_norm<E: Element>(
     eps: f32,
     y: &[E],
 ) -> Result<f64, NormMismatch> {
+    walk_batch_norm(
+        x,
+        shape,
+        running_mean,
+        running_var,
+        gamma,
+        beta,
+        eps,
+        y,
+        &mut FirstMismatch,
+    )
+}
+
+/// The walk of [`check_batch_norm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_batch_norm<E: Element>(
+    x: &[E],
+    shape: [usize; 3],
+    running_mean: &[f32],
+    running_var: &[f32],
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    eps: f32,
+    y: &[E],
+    judge: &mut impl Judge,
+) -> Result<f64, NormMismatch> {
     let [_, c, s] = shape;
     let x = &widen(x)[..];
     let exact = batch_norm(x, shape, running_mean, running_var, gamma, beta, eps);
@@ -509,7 +564,7 @@ pub fn check_batch_norm<E: Element>(
             + (1.0 / (1u64 << 40) as f64) * ((mu * sc).abs() + sh.abs() + e.abs())
             + SUB2
             + (v as f64 - mu).abs() * f32::MIN_POSITIVE as f64 * U;
-        within("y", at, y[at], e, bound)?;
+        within(judge, "y", at, y[at], e, bound)?;
         if bound > 0.0 && (e as f32).is_finite() {
             worst = worst.max(ratio(y[at], e, bound));
         }
@@ -557,6 +612,34 @@ pub fn check_batch_norm_train<E: Element>(
     momentum: f32,
     got: BatchNormTrainOutputs<E>,
 ) -> Result<f64, NormMismatch> {
+    walk_batch_norm_train(
+        x,
+        shape,
+        running_mean,
+        running_var,
+        gamma,
+        beta,
+        eps,
+        momentum,
+        got,
+        &mut FirstMismatch,
+    )
+}
+
+/// The walk of [`check_batch_norm_train`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_batch_norm_train<E: Element>(
+    x: &[E],
+    shape: [usize; 3],
+    running_mean: &[f32],
+    running_var: &[f32],
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    eps: f32,
+    momentum: f32,
+    got: BatchNormTrainOutputs<E>,
+    judge: &mut impl Judge,
+) -> Result<f64, NormMismatch> {
     let [n, c, s] = shape;
     let x = &widen(x)[..];
     let exact = batch_norm_train(x, shape, running_mean, running_var, gamma, beta, eps, momentum);
@@ -577,27 +660,27 @@ pub fn check_batch_norm_train<E: Element>(
             for j in 0..s {
                 let at = (i * c + ch) * s + j;
                 let bound = element_bound(exact.y[at], g, b, rs, e_mu, eps_r);
-                within("y", at, got.y[at], exact.y[at], bound)?;
+                within(judge, "y", at, got.y[at], exact.y[at], bound)?;
                 if bound > 0.0 && (exact.y[at] as f32).is_finite() {
                     worst = worst.max(ratio(got.y[at], exact.y[at], bound));
                 }
             }
         }
         if let Some(mean) = got.mean {
-            within("mean", ch, mean[ch], mu, e_mu + U * mu.abs())?;
+            within(judge, "mean", ch, mean[ch], mu, e_mu + U * mu.abs())?;
         }
         if let Some(r) = got.rstd {
-            within("rstd", ch, r[ch], rs, eps_r * rs + SUB1)?;
+            within(judge, "rstd", ch, r[ch], rs, eps_r * rs + SUB1)?;
         }
         let rm = exact.running_mean[ch];
         let old = (1.0 - m) * (running_mean[ch] as f64).abs();
         let bound = m * e_mu + U * rm.abs() + f64_slack * (old + m * mu.abs()) + SUB1;
-        within("running_mean", ch, got.running_mean[ch], rm, bound)?;
+        within(judge, "running_mean", ch, got.running_mean[ch], rm, bound)?;
         let rv = exact.running_var[ch];
         let old = (1.0 - m) * (running_var[ch] as f64).abs();
         let unbiased = var * count / (count - 1.0);
         let bound = m * e_v * count / (count - 1.0) + U * rv.abs() + f64_slack * (old + m * unbiased) + SUB1;
-        within("running_var", ch, got.running_var[ch], rv, bound)?;
+        within(judge, "running_var", ch, got.running_var[ch], rv, bound)?;
     }
     Ok(worst)
 }

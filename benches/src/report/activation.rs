@@ -1,4 +1,4 @@
-//! Rows of the element-wise activations `sigmoid` and `swish` (issue 5: the GAU's gate).
+//! Rows of the element-wise activations `sigmoid` and `swish` (the GAU's gate).
 //!
 //! Shapes as exp's: 16 Ki elements (128 KiB working set: in L2, beyond L1), held against the
 //! bare vectorized exp of the same ISA (an activation is one exp plus a division, so the ratio
@@ -9,11 +9,11 @@
 //! `reference::sigmoid` / `reference::swish` (f64).
 
 use kernels::half::{bf16, f16};
-use kernels::{Element, Kernels};
+use kernels::Kernels;
 
 use super::case::{Case, Rule};
-use super::output::Row;
-use super::{no_custom, Family, Plan};
+use super::{no_custom, Family, Headline, Plan};
+use crate::storage::{self, Typed};
 use crate::{data, plain};
 
 /// The kernels of this module, for the registry of the report.
@@ -21,8 +21,10 @@ pub const FAMILY: Family = Family {
     kernels: &["sigmoid", "swish"],
     cases,
     custom: no_custom,
-    issue: 5,
-    goals,
+    headlines: &[
+        Headline::elements("sigmoid", "4194304"),
+        Headline::elements("swish", "4194304"),
+    ],
 };
 
 /// Lengths: in cache, beyond L2.
@@ -30,25 +32,25 @@ const LENS: [usize; 2] = [16 * 1024, 4 * 1024 * 1024];
 
 fn cases(plan: &Plan) -> Vec<Case> {
     let mut cases = Vec::new();
+    // --quick: the large shape (where the scalar path costs ~0.2 s a call) for swish only.
+    for &len in plan.pick(&LENS, &LENS, &LENS[..1]) {
+        cases.push(sigmoid(len));
+    }
     for &len in &LENS {
-        // --quick: the large shape (where the scalar path costs ~0.2 s a call) for swish only.
-        if !plan.quick || len == LENS[0] {
-            cases.push(sigmoid(len));
-        }
         cases.push(swish(len));
     }
-    // Issue 7: swish over f16 and bf16 tensors, beyond L2.
+    // f16 and bf16 tensors, beyond L2.
     let len = LENS[1];
     cases.push(swish_as::<f16>(len));
     cases.push(swish_as::<bf16>(len));
-    if !plan.quick {
+    for &len in plan.pick(&LENS[1..], &[], &[]) {
         cases.push(sigmoid_as::<f16>(len));
         cases.push(sigmoid_as::<bf16>(len));
     }
     cases
 }
 
-fn sigmoid_as<E: Element>(len: usize) -> Case {
+fn sigmoid_as<E: Typed>(len: usize) -> Case {
     Case::elementwise_as::<E>(
         "sigmoid",
         len.to_string(),
@@ -58,9 +60,10 @@ fn sigmoid_as<E: Element>(len: usize) -> Case {
         plain::sigmoid,
         reference::sigmoid,
     )
+    .with_bound(activation_bound::<E>(len, false))
 }
 
-fn swish_as<E: Element>(len: usize) -> Case {
+fn swish_as<E: Typed>(len: usize) -> Case {
     Case::elementwise_as::<E>(
         "swish",
         len.to_string(),
@@ -70,6 +73,12 @@ fn swish_as<E: Element>(len: usize) -> Case {
         plain::swish,
         reference::swish,
     )
+    .with_bound(activation_bound::<E>(len, true))
+}
+
+/// The fraction of the bound of a sigmoid (or swish) output.
+fn activation_bound<E: Typed>(len: usize, swish: bool) -> impl Fn(&[f32], &[f32]) -> f64 {
+    move |x, y| reference::fraction::activation(storage::view::<E>(x, len), swish, storage::view::<E>(y, len))
 }
 
 fn input(len: usize) -> Vec<f32> {
@@ -90,10 +99,4 @@ fn swish(len: usize) -> Case {
         rule: Rule::CopyBeyondL2ElseExp,
         ..swish_as::<f32>(len)
     }
-}
-
-/// Issue 7's memory-bound goal lines for the half-typed rows (see
-/// [`super::softmax::half_goals`]).
-fn goals(rows: &[Row]) -> Vec<String> {
-    super::softmax::half_goals(rows, &["sigmoid", "swish"])
 }

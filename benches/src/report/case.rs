@@ -26,6 +26,9 @@ pub type PlainFn = dyn Fn(&[f32], &mut [f32]);
 pub type OracleFn = dyn Fn(&[f32]) -> Vec<f64>;
 /// Widens a half-typed case's output buffer to its elements as f32.
 pub type DecodeFn = dyn Fn(&[f32]) -> Vec<f32>;
+/// The worst error of an output as a fraction of the kernel's documented bound, from the
+/// input and output buffers (the `reference::fraction` function of the kernel): `(x, y)`.
+pub type BoundFn = dyn Fn(&[f32], &[f32]) -> f64;
 /// Measures a [`Custom`] case: its printed rows.
 pub type MeasureFn = dyn Fn(&Context) -> Result<Vec<Row>, ReportError>;
 
@@ -89,9 +92,19 @@ pub struct Case {
     pub plain: Box<PlainFn>,
     /// The oracle (`y_len` values; the output's elements for a half-typed case).
     pub oracle: Box<OracleFn>,
-    /// The output's elements as f32, for the accuracy check: `None` where `y` holds f32
-    /// elements, else the widening of the half-typed elements stored in it.
+    /// The output's elements as f32, for the accuracy check: `None` where `y` holds the f32
+    /// elements the oracle gives, else those elements (widened from a half type, or the first
+    /// of several outputs).
     pub decode: Option<Box<DecodeFn>>,
+    /// The output's worst error as a fraction of the documented bound (see
+    /// [`Case::with_bound`]); `None` prints "-".
+    pub bound: Option<Box<BoundFn>>,
+    /// The unfused composition a user would write from this crate's parts, on a given ISA
+    /// (its name in [`Row::vs`], and the call): timed beside the kernel, its output held to the
+    /// same bound (a wrong baseline makes every ratio wrong).
+    pub unfused: Option<(&'static str, Box<KernelFn>)>,
+    /// Where the input is hard on purpose, what makes it so (printed with the row).
+    pub hard: Option<&'static str>,
 }
 
 impl Case {
@@ -121,6 +134,18 @@ impl Case {
             plain: Box::new(plain),
             oracle: Box::new(oracle),
             decode: None,
+            bound: None,
+            unfused: None,
+            hard: None,
+        }
+    }
+
+    /// The case with the fraction of the bound of its outputs: `bound(x, y)` on the input and
+    /// output buffers, usually a `reference::fraction` function on views of them.
+    pub fn with_bound(self, bound: impl Fn(&[f32], &[f32]) -> f64 + 'static) -> Case {
+        Case {
+            bound: Some(Box::new(bound)),
+            ..self
         }
     }
 
@@ -163,7 +188,9 @@ impl Case {
             y_len: storage::slots::<E>(yn),
             elements: out,
             rule: Rule::Copy,
-            decode: (!is_f32).then(|| Box::new(move |y: &[f32]| storage::unpack::<E>(y, out)) as Box<DecodeFn>),
+            // The first `out` elements of `y` are checked (f32 too, where `y` holds more).
+            decode: (!is_f32 || out < yn)
+                .then(|| Box::new(move |y: &[f32]| storage::unpack::<E>(y, out)) as Box<DecodeFn>),
             ..Case::elementwise(
                 kernel,
                 shape,
@@ -219,6 +246,7 @@ pub struct Context {
 enum Contender {
     Plain,
     Kernel(Kernels),
+    Unfused(Kernels),
     Copy(Isa, Stores),
     Exp(Kernels),
     Fma(Isa),
@@ -229,6 +257,7 @@ impl Contender {
         match self {
             Contender::Plain => "plain Rust".to_string(),
             Contender::Kernel(k) => format!("kernel on {}", k.isa()),
+            Contender::Unfused(k) => format!("unfused composition on {}", k.isa()),
             Contender::Copy(isa, stores) => roofline::copy_name(*isa, *stores),
             Contender::Exp(k) => format!("exp({})", k.isa()),
             Contender::Fma(isa) => roofline::fma_name(*isa),
@@ -243,6 +272,10 @@ fn run(case: &Case, c: Contender, pair: &mut Pair) -> Result<(), String> {
     match c {
         Contender::Plain => (case.plain)(x, y),
         Contender::Kernel(k) => (case.run)(k, x, y).map_err(|e| e.to_string())?,
+        Contender::Unfused(k) => {
+            let (_, unfused) = case.unfused.as_ref().ok_or("the case has no unfused composition")?;
+            unfused(k, x, y).map_err(|e| e.to_string())?
+        }
         Contender::Copy(isa, stores) => {
             let m = x.len().min(y.len());
             if !roofline::copy(isa, stores, &x[..m], &mut y[..m]) {
@@ -343,17 +376,40 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         Roof::Exp => Contender::Exp(k),
         Roof::Fma => Contender::Fma(k.isa()),
     }));
+    // The unfused composition on the printed SIMD ISAs (after the rooflines: indices above
+    // stay as they were).
+    if case.unfused.is_some() {
+        contenders.extend(
+            ctx.kernels
+                .iter()
+                .filter(|k| k.isa() != Isa::Scalar && ctx.printed.contains(&k.isa()))
+                .map(|&k| Contender::Unfused(k)),
+        );
+    }
 
     // Run every contender once: errors surface here, with a message, not inside the timing;
-    // the kernels' outputs are checked against the oracle.
+    // the outputs of the kernels and plain Rust are checked against the oracle and the bound,
+    // the unfused compositions against the bound.
     let mut errs: Vec<Option<Errors>> = vec![None; contenders.len()];
+    let mut fractions: Vec<Option<f64>> = vec![None; contenders.len()];
     for (i, &c) in contenders.iter().enumerate() {
         run(case, c, &mut pair).map_err(|e| fail(format!("{}: {e}", c.name())))?;
+        if matches!(c, Contender::Plain | Contender::Kernel(_) | Contender::Unfused(_)) {
+            fractions[i] = case.bound.as_ref().map(|bound| bound(pair.x(), pair.y()));
+        }
         if matches!(c, Contender::Plain | Contender::Kernel(_)) {
             errs[i] = Some(match &case.decode {
                 None => errors(pair.y(), &exact),
                 Some(decode) => errors(&decode(pair.y()), &exact),
             });
+        }
+        if let (Contender::Unfused(_), Some(f)) = (c, fractions[i]) {
+            if f.is_nan() || f > 1.0 {
+                return Err(fail(format!(
+                    "the {} is outside the kernel's bound ({f:.3} of it): a bug in the report",
+                    c.name()
+                )));
+            }
         }
     }
 
@@ -382,8 +438,12 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
         flops: case.flops,
         ns_per_iter: samples.median(i),
         // f32 ulps say nothing of a half-typed output: only its relative error is printed.
-        max_ulp: errs[i].filter(|_| case.decode.is_none()).map(|e| e.max_ulp),
+        max_ulp: errs[i].filter(|_| case.dtype == "f32").map(|e| e.max_ulp),
         max_rel_err: errs[i].map(|e| e.max_rel),
+        bound_fraction: fractions[i],
+        // Plain Rust is not held to the kernel's bound: its fraction is for comparison.
+        within_bound: fractions[i].filter(|_| i > 0).map(|f| f <= 1.0),
+        input: case.hard.map(str::to_string),
         vs_scalar: Some(samples.speedup(i, scalar)),
         vs_plain: Some(samples.speedup(i, 0)),
         vs_isa: ctx
@@ -393,6 +453,18 @@ pub fn measure(case: &Case, ctx: &Context) -> Result<Vec<Row>, ReportError> {
             .filter(|&(j, _)| 1 + j != i)
             .map(|(j, k)| (k.isa().to_string(), samples.speedup(i, 1 + j)))
             .collect(),
+        vs: case
+            .unfused
+            .as_ref()
+            .and_then(|(name, _)| {
+                let kernel = contenders.get(i).copied()?;
+                let Contender::Kernel(k) = kernel else { return None };
+                let at = contenders
+                    .iter()
+                    .position(|c| matches!(c, Contender::Unfused(u) if u.isa() == k.isa()))?;
+                Some(vec![(name.to_string(), samples.speedup(i, at))])
+            })
+            .unwrap_or_default(),
         roofline: Some(roof_name(roof_kernels)),
         roofline_ratio: Some(if roof == Roof::Fma {
             fma_ratio(samples.min(roof_at), samples.median(i), roof_scale(roof_kernels.isa()))

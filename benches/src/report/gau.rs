@@ -1,5 +1,5 @@
-//! Rows of the gated attention unit (issue 5): [`Kernels::gau`] at B = 1 and (T, d, e, s) =
-//! (256, 512, 1024, 128) and (1024, 512, 1024, 128) (`--quick`: T = 256), causal and not,
+//! Rows of the gated attention unit: [`Kernels::gau`] at B = 1 and (T, d, e, s) =
+//! (256, 512, 1024, 128) and (1024, 512, 1024, 128) (`--full`; T = 256 otherwise), causal and not,
 //! with the paper's options (c = 1/√s, l = T, biases on both projections).
 //!
 //! Each case times, interleaved over the same buffers: the kernel of every printed vector ISA,
@@ -7,17 +7,17 @@
 //! `gau_packed` rows, checked bit for bit against the kernel);
 //! the unfused composition on the gemm crate ([`GauComposition`], with the swish of the same
 //! ISA; the `xgemm` column); and the FMA peak of each ISA ([`Rule::Fma`](super::Rule::Fma)).
-//! The scalar path (≈ 1 GFLOP/s) runs one timed call at T = 256 without the causal mask, full
-//! run only (`xscalar` "-" elsewhere).
+//! The scalar path (≈ 1 GFLOP/s) runs one timed call at T = 256 without the causal mask, not
+//! under `--quick` (`xscalar` "-" elsewhere).
 //!
 //! FLOPs per batch: `2·T·d·(2e+s) + 2·T²·s + 2·T²·e + 2·T·e·d` (the projections, Q·Kᵀ, A·V);
 //! causal rows count the visible pairs `T(T+1)/2` for the two T² terms and carry the dense count
 //! too (the goal lines give both; PyTorch's figures count causal as dense).
 //!
 //! Errors: at T = 256 the output is checked against the f64 oracle with its running error bound
-//! (`reference::check_gau`; `!` after max_rel when outside it); `max_rel` is
+//! (`reference::fraction::gau`: the fraction of the bound); `max_rel` (in `--json`) is
 //! `max |O − Ô| / max |Ô|` (normwise: the output's elements cross zero). At T = 1024 the oracle
-//! (O(T²·(s+e)) in f64 with bounds) is too slow for the report: `max_rel` is "-" there. The
+//! (O(T²·(s+e)) in f64 with bounds) is too slow for the report: the error is "-" there. The
 //! composition is checked against the kernel of the same ISA on every case (a wrong baseline
 //! would make the ratio wrong).
 
@@ -29,7 +29,7 @@ use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels, Pack
 use super::case::{fma_call_flops, fma_ratio, Case, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
-use super::{Family, Plan, ReportError};
+use super::{Family, Headline, Plan, ReportError, Scope};
 use crate::composed::Gemm;
 use crate::data;
 use crate::roofline::{self, FMA_ITERS};
@@ -39,8 +39,7 @@ pub const FAMILY: Family = Family {
     kernels: &["gau"],
     cases: no_cases,
     custom,
-    issue: 5,
-    goals,
+    headlines: &[Headline::flops("gau", "T=256 dense")],
 };
 
 /// `d`.
@@ -50,7 +49,7 @@ pub const EXPAND: usize = 1024;
 /// `s`.
 pub const QK_DIM: usize = 128;
 const LENS: [usize; 2] = [256, 1024];
-const LENS_QUICK: [usize; 1] = [256];
+const LENS_DEFAULT: [usize; 1] = [256];
 /// The scalar path and the oracle run at lengths up to this.
 const SMALL_LEN: usize = 256;
 /// Rounds at lengths above `SMALL_LEN` (a round takes ~0.3 s at T = 1024).
@@ -66,15 +65,15 @@ fn shape_name(len: usize, causal: bool) -> String {
     format!("T={len} {}", if causal { "causal" } else { "dense" })
 }
 
-fn parse_shape(shape: &str) -> Option<(usize, bool)> {
+pub fn parse_shape(shape: &str) -> Option<(usize, bool)> {
     let (len, kind) = shape.strip_prefix("T=")?.split_once(' ')?;
     Some((len.parse().ok()?, kind == "causal"))
 }
 
 fn custom(plan: &Plan) -> Vec<Custom> {
     let mut out = Vec::new();
-    let full = !plan.quick;
-    for &len in plan.pick(&LENS, &LENS_QUICK) {
+    let full = plan.scope != Scope::Quick;
+    for &len in plan.pick(&LENS, &LENS_DEFAULT, &LENS_DEFAULT) {
         for causal in [false, true] {
             out.push(Custom {
                 kernel: "gau",
@@ -402,18 +401,23 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
 
     // The oracle at T ≤ 256 only.
     let exact = small.then(|| reference::gau(&to_reference(&shape), &x, &weights.params(causal)));
-    let check = |out: &[f32]| -> (Option<f64>, Option<bool>) {
+    let check = |out: &[f32]| -> (Option<f64>, Option<f64>) {
         match &exact {
             Some(res) => (
                 Some(normwise(out, &res.out)),
-                Some(reference::check_gau(&to_reference(&shape), &x, &weights.params(causal), out).is_ok()),
+                Some(reference::fraction::gau(
+                    &to_reference(&shape),
+                    &x,
+                    &weights.params(causal),
+                    out,
+                )),
             ),
             None => (None, None),
         }
     };
 
     // Every contender once: errors surface here; outputs are checked.
-    let mut checked: Vec<(Option<f64>, Option<bool>)> = vec![(None, None); contenders.len()];
+    let mut checked: Vec<(Option<f64>, Option<f64>)> = vec![(None, None); contenders.len()];
     let mut kernel_out: Vec<Option<Vec<f32>>> = vec![None; ctx.kernels.len()];
     for (c, &contender) in contenders.iter().enumerate() {
         out.fill(f32::NAN);
@@ -502,7 +506,7 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
             continue;
         }
         if i == scalar {
-            let Some((ns, (rel, ok))) = scalar_time else {
+            let Some((ns, (rel, fraction))) = scalar_time else {
                 continue;
             };
             let roof = roof(Isa::Scalar, ns);
@@ -510,7 +514,8 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
                 isa: isa.to_string(),
                 ns_per_iter: ns,
                 max_rel_err: rel,
-                within_bound: ok,
+                bound_fraction: fraction,
+                within_bound: fraction.map(|f| f <= 1.0),
                 vs_scalar: Some(1.0),
                 roofline: Some(roofline::fma_name(isa)),
                 roofline_ns_per_iter: roof.map(|r| r.0),
@@ -541,7 +546,8 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
             isa: isa.to_string(),
             ns_per_iter: median,
             max_rel_err: checked[c].0,
-            within_bound: checked[c].1,
+            bound_fraction: checked[c].1,
+            within_bound: checked[c].1.map(|f| f <= 1.0),
             vs_scalar: scalar_time.map(|(ns, _)| ns / median),
             vs_isa,
             vs,
@@ -613,83 +619,6 @@ fn to_reference(s: &GauShape) -> reference::GauShape {
         expand: s.expand,
         qk_dim: s.qk_dim,
     }
-}
-
-/// The goals of issue 5 as read from the rows (shared/PERF.md explains them).
-fn goals(rows: &[Row]) -> Vec<String> {
-    let mut out = Vec::new();
-    for isa in ["avx2", "avx512", "neon"] {
-        let of_kernel = |kernel: &str, causal: bool| {
-            let mut v: Vec<(usize, &Row)> = rows
-                .iter()
-                .filter(|r| r.kernel == kernel && r.isa == isa)
-                .filter_map(|r| {
-                    let (len, c) = parse_shape(&r.shape)?;
-                    (c == causal).then_some((len, r))
-                })
-                .collect();
-            v.sort_by_key(|&(len, _)| len);
-            v
-        };
-        let list_of = |kernel: &str, causal: bool, f: &dyn Fn(&Row) -> Option<String>| {
-            of_kernel(kernel, causal)
-                .into_iter()
-                .filter_map(|(len, r)| Some(format!("T={len} {}", f(r)?)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let list = |causal: bool, f: &dyn Fn(&Row) -> Option<String>| list_of("gau", causal, f);
-        let peak_goal = if isa == "avx512" { "0.80" } else { "0.75" };
-        let mut push = |what: String, values: String| {
-            if !values.is_empty() {
-                out.push(format!("gau {isa}: {what}: {values}"));
-            }
-        };
-        push(
-            format!("fraction of the FMA peak, dense (goal >= {peak_goal} at T=1024)"),
-            list(false, &|r| Some(format!("{:.2}", r.roofline_ratio?))),
-        );
-        push(
-            "GFLOP/s, dense".to_string(),
-            list(false, &|r| Some(format!("{:.1}", r.gflop_per_s()?))),
-        );
-        push(
-            "speedup over the unfused gemm-crate composition, dense (goal >= 1.2x)".to_string(),
-            list(false, &|r| Some(format!("{:.2}x", r.vs("gemm")?))),
-        );
-        push(
-            "causal: speedup over the composition (no goal)".to_string(),
-            list(true, &|r| Some(format!("{:.2}x", r.vs("gemm")?))),
-        );
-        push(
-            "causal: fraction of the FMA peak counting visible pairs / GFLOP/s counted as if dense (no goal)"
-                .to_string(),
-            list(true, &|r| {
-                Some(format!("{:.2} / {:.1}", r.roofline_ratio?, r.gflop_per_s_dense()?))
-            }),
-        );
-        push(
-            "weights packed once (gau_packed): fraction of the FMA peak / speedup over the composition / over \
-             packing per call, dense (no goal)"
-                .to_string(),
-            list_of("gau_packed", false, &|r| {
-                Some(format!(
-                    "{:.2} / {:.2}x / {:.2}x",
-                    r.roofline_ratio?,
-                    r.vs("gemm")?,
-                    r.vs_isa.iter().find(|(n, _)| n == "unpacked")?.1
-                ))
-            }),
-        );
-    }
-    if !out.is_empty() {
-        out.push(format!(
-            "gau: B=1, d={DIM}, e={EXPAND}, s={QK_DIM}; FLOPs 2Td(2e+s) + 2T^2 s + 2T^2 e + 2Ted; gau_gemm rows = the \
-             unfused composition (gemm crate + Kernels::swish of that ISA + plain loops); scalar timed once at T=256 \
-             dense (full run only); max_rel = normwise error vs the f64 oracle at T=256 (\"-\" at T=1024)"
-        ));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -47,7 +47,8 @@ pub fn rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
         let mut pair = Pair::new(n, n, ctx.out_offset);
         let mut contenders: Vec<(Isa, Stores)> = isas.iter().map(|&isa| (isa, Stores::Ordinary)).collect();
         if idx == COPY_SIZES.len() - 1 && cfg!(target_arch = "x86_64") {
-            // Beyond the LLC, streaming stores are the other ceiling (shared/PERF.md).
+            // Beyond the LLC, streaming stores are the other ceiling: they skip reading each
+            // written line first.
             contenders.extend(isas.iter().map(|&isa| (isa, Stores::Streaming)));
         }
         for &(isa, stores) in &contenders {

@@ -1,14 +1,17 @@
 //! The report: every kernel × ISA × shape of the registry, measured in one run against the
-//! scalar path, plain Rust, the `reference` oracle and the machine's roofline.
+//! scalar path, plain Rust, the `reference` oracle and the machine's roofline; read against the
+//! targets; printed as a verdict first, then the rows; drawn as an HTML page.
 //!
 //! # Adding a kernel's rows
 //!
 //! Write a module like [`softmax`]: one small function per kernel that returns a [`Case`]
 //! for a shape (usually through [`Case::elementwise`]: the input, the call on a given ISA,
-//! the plain Rust version, the oracle), a `cases` function listing the shapes (full and
-//! `--quick`), optionally a `goals` function that reads the issue's goals off the rows, and a
-//! `FAMILY` constant. Then add that constant to [`FAMILIES`]. Timing, buffer placement, error
-//! measurement, rooflines and printing are shared.
+//! the plain Rust version, the oracle, and [`Case::with_bound`] with the kernel's
+//! `reference::fraction` function), a `cases` function listing the shapes of each [`Scope`],
+//! and a `FAMILY` constant naming the kernels and the headline shape of each for the summary.
+//! Add that constant to [`FAMILIES`], and the kernel's targets to [`targets::TARGETS`].
+//! Timing, buffer placement, error measurement, rooflines, the summary, JSON and the charts
+//! are shared.
 //!
 //! A kernel that does not fit one input and one output, or whose oracle is too slow for the
 //! whole output, returns [`Custom`] cases instead, with a driver of its own built from the
@@ -20,19 +23,26 @@ pub mod attention;
 mod case;
 pub mod gau;
 pub mod half;
+mod html;
 mod machine;
 pub mod norm;
 mod output;
+mod record;
 pub mod softmax;
+mod summary;
+pub mod targets;
 mod timing;
 
 use std::fmt;
 use std::io::Write;
+use std::path::PathBuf;
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kernels::{Isa, Kernels};
 
 pub use case::{Case, Context, Custom, Rule};
 pub use output::Row;
+pub use summary::{Headline, Throughput};
 pub use timing::Timing;
 
 use crate::buffers;
@@ -48,19 +58,12 @@ pub struct Family {
     pub cases: fn(&Plan) -> Vec<Case>,
     /// Its cases with a driver of their own, measured after `cases`.
     pub custom: fn(&Plan) -> Vec<Custom>,
-    /// The issue whose goals `goals` reads.
-    pub issue: u32,
-    /// Lines that read the issue's goals off the measured rows (may be empty).
-    pub goals: fn(&[Row]) -> Vec<String>,
+    /// The summary's line of each of its kernels that has one.
+    pub headlines: &'static [Headline],
 }
 
 /// For a family without [`Custom`] cases.
 pub fn no_custom(_: &Plan) -> Vec<Custom> {
-    Vec::new()
-}
-
-/// For a family without goal lines.
-pub fn no_goals(_: &[Row]) -> Vec<String> {
     Vec::new()
 }
 
@@ -74,20 +77,44 @@ pub const FAMILIES: &[Family] = &[
     half::FAMILY,
 ];
 
+/// How much the run covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `--quick`: a few shapes, 7 short rounds (CI; under 30 s of measuring).
+    Quick,
+    /// The headline shapes of every family (in cache and beyond L2), 15 rounds.
+    Default,
+    /// `--full`: the whole sweep, 31 rounds.
+    Full,
+}
+
 /// What the run covers.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
-    /// `--quick`: fewer shapes.
-    pub quick: bool,
+    /// How much.
+    pub scope: Scope,
 }
 
 impl Plan {
-    /// `full`, or `quick` under `--quick`.
-    pub fn pick<'a, T>(&self, full: &'a [T], quick: &'a [T]) -> &'a [T] {
-        if self.quick {
-            quick
-        } else {
-            full
+    /// The shapes of the plan's scope.
+    pub fn pick<'a, T>(&self, full: &'a [T], default: &'a [T], quick: &'a [T]) -> &'a [T] {
+        match self.scope {
+            Scope::Full => full,
+            Scope::Default => default,
+            Scope::Quick => quick,
+        }
+    }
+
+    /// The timing of the plan's scope: rounds and batch length.
+    pub fn timing(&self) -> Timing {
+        let (rounds, sample_ms) = match self.scope {
+            Scope::Quick => (7, 1.0),
+            Scope::Default => (15, 3.0),
+            Scope::Full => (31, 5.0),
+        };
+        Timing {
+            rounds,
+            sample_ns: sample_ms * 1e6,
         }
     }
 }
@@ -129,10 +156,15 @@ impl std::error::Error for ReportError {}
 /// The command line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
-    /// `--quick`: fewer shapes and rounds, under 30 s.
-    pub quick: bool,
-    /// `--json`: one JSON object per row and line, nothing else on stdout.
+    /// `--quick` or `--full` (the default run otherwise).
+    pub scope: Scope,
+    /// `--json`: one JSON object per line (the run, every row, every target), nothing else on
+    /// stdout.
     pub json: bool,
+    /// `--record`: also write those JSON lines to `benches/records/<machine>-<date>.jsonl`.
+    pub record: bool,
+    /// `--html DIR`: where the HTML page goes (default: `report/` in the target directory).
+    pub html: Option<PathBuf>,
     /// `--kernel a,b`: only these kernels (`roofline` for the machine rows).
     pub kernels: Option<Vec<String>>,
     /// `--isa a,b`: only these ISAs (`plain` for the plain Rust rows).
@@ -146,8 +178,10 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            quick: false,
+            scope: Scope::Default,
             json: false,
+            record: false,
+            html: None,
             kernels: None,
             isas: None,
             rounds: None,
@@ -158,16 +192,23 @@ impl Default for Options {
 
 /// The usage text of `--help`.
 pub const USAGE: &str = "\
-usage: report [--quick] [--json] [--kernel NAMES] [--isa NAMES] [--rounds N] [--out-offset BYTES]
+usage: report [--quick | --full] [--json] [--record] [--html DIR] [--kernel NAMES] [--isa NAMES]
+              [--rounds N] [--out-offset BYTES]
 
-Measures every kernel on every ISA of this CPU, against the scalar path, plain Rust, the
-f64 oracle (`reference`) and a roofline measured in the same run.
+Measures every kernel on every ISA of this CPU against the scalar path, plain Rust, the
+f64 oracle (`reference`) and a roofline measured in the same run; prints a summary with
+the targets met, then the rows; writes an HTML page with charts.
 
-  --quick             fewer shapes and rounds (under 30 s)
-  --json              one JSON object per line and row, nothing else on stdout
+  --quick             a few shapes, 7 rounds of 1 ms (under 30 s of measuring; CI)
+  --full              the whole sweep of shapes, 31 rounds of 5 ms (default: the headline
+                      shapes of every kernel, 15 rounds of 3 ms)
+  --json              one JSON object per line (the run, each row, each target), nothing
+                      else on stdout
+  --record            also write those JSON lines to benches/records/<machine>-<date>.jsonl
+  --html DIR          where to write index.html and its charts (default: target/report)
   --kernel NAMES      comma-separated kernels to run, e.g. softmax,exp (roofline: machine rows)
   --isa NAMES         comma-separated ISAs to print, e.g. avx2,avx512 (plain: plain Rust rows)
-  --rounds N          rounds of interleaved timing (default 31, quick 7)
+  --rounds N          rounds of interleaved timing
   --out-offset BYTES  output placement past the input's next page boundary (default 2048;
                       0 puts input and output at the same page offset: 4K aliasing)
   -h, --help          this text";
@@ -191,6 +232,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Rep
             .filter(|s| !s.is_empty())
             .collect()
     };
+    let mut scopes = 0;
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
@@ -203,8 +245,17 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Rep
                 .ok_or_else(|| ReportError::new(format!("{name} needs a value\n\n{USAGE}")))
         };
         match flag.as_str() {
-            "--quick" => o.quick = true,
+            "--quick" => {
+                o.scope = Scope::Quick;
+                scopes += 1;
+            }
+            "--full" => {
+                o.scope = Scope::Full;
+                scopes += 1;
+            }
             "--json" => o.json = true,
+            "--record" => o.record = true,
+            "--html" => o.html = Some(PathBuf::from(value("--html")?)),
             "-h" | "--help" => return Ok(Command::Help),
             "--kernel" => o.kernels = Some(list(value("--kernel")?)),
             "--isa" => o.isas = Some(list(value("--isa")?)),
@@ -228,16 +279,42 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Rep
             _ => return Err(ReportError::new(format!("unknown argument `{arg}`\n\n{USAGE}"))),
         }
     }
+    if scopes > 1 {
+        return Err(ReportError::new("--quick and --full exclude each other"));
+    }
     Ok(Command::Run(o))
 }
 
-/// Runs the report, writing to `out`.
+/// One unit of the run's work: a case, or a case with its own driver.
+enum Work {
+    Case(Case),
+    Custom(Custom),
+}
+
+impl Work {
+    fn name(&self) -> String {
+        match self {
+            Work::Case(c) => format!("{} {} {}", c.kernel, c.dtype, c.shape),
+            Work::Custom(c) => format!("{} {}", c.kernel, c.shape),
+        }
+    }
+
+    fn measure(&self, ctx: &Context) -> Result<Vec<Row>, ReportError> {
+        match self {
+            Work::Case(c) => case::measure(c, ctx),
+            Work::Custom(c) => (c.measure)(ctx),
+        }
+    }
+}
+
+/// Runs the report, writing to `out`; progress goes to stderr (hidden where it is not a
+/// terminal).
 pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
     let io = ReportError::io;
-    let plan = Plan { quick: opts.quick };
+    let plan = Plan { scope: opts.scope };
     let timing = Timing {
-        rounds: opts.rounds.unwrap_or(if opts.quick { 7 } else { 31 }),
-        sample_ns: if opts.quick { 1e6 } else { 5e6 },
+        rounds: opts.rounds.unwrap_or(plan.timing().rounds),
+        ..plan.timing()
     };
 
     // ISAs: every available one is a candidate; the scalar path always runs (vs_scalar).
@@ -293,143 +370,204 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
         out_offset: opts.out_offset,
         timing,
     };
+    let run = record::Run::now(&ctx, l2, opts.scope);
 
-    let emit = |out: &mut dyn Write, row: &Row| -> Result<(), ReportError> {
-        if opts.json {
-            writeln!(out, "{}", row.json()).map_err(io)?;
-        } else {
-            writeln!(out, "{}", output::table_line(row)).map_err(io)?;
+    // The first line at once: the machine and what the run covers.
+    let mut json_lines = vec![run.json()];
+    if opts.json {
+        writeln!(out, "{}", json_lines[0]).map_err(io)?;
+    } else {
+        writeln!(out, "{}", run.headline()).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+
+    let mut work: Vec<Work> = Vec::new();
+    for family in FAMILIES {
+        work.extend(
+            (family.cases)(&plan)
+                .into_iter()
+                .filter(|c| selected(c.kernel))
+                .map(Work::Case),
+        );
+        work.extend(
+            (family.custom)(&plan)
+                .into_iter()
+                .filter(|c| selected(c.kernel))
+                .map(Work::Custom),
+        );
+    }
+    let progress = ProgressBar::with_draw_target(
+        Some(work.len() as u64 + u64::from(selected("roofline"))),
+        ProgressDrawTarget::stderr(),
+    );
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+
+    let mut rows: Vec<Row> = Vec::new();
+    let mut emit = |out: &mut dyn Write, new: Vec<Row>| -> Result<(), ReportError> {
+        for row in new {
+            let line = row.json();
+            if opts.json {
+                writeln!(out, "{line}").map_err(io)?;
+            }
+            json_lines.push(line);
+            rows.push(row);
         }
         out.flush().map_err(io)
     };
-
-    if !opts.json {
-        write!(out, "{}", header(&ctx, l2, opts)).map_err(io)?;
-        writeln!(out, "{}", output::table_header()).map_err(io)?;
-    }
     if selected("roofline") {
-        for row in machine::rows(&ctx)? {
-            emit(out, &row)?;
+        progress.set_message("roofline: FMA peak and copy bandwidth");
+        emit(out, machine::rows(&ctx)?)?;
+        progress.inc(1);
+    }
+    for w in &work {
+        progress.set_message(w.name());
+        let new = w.measure(&ctx)?;
+        emit(out, new)?;
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    let outcomes = targets::read(targets::TARGETS, &rows);
+    json_lines.extend(outcomes.iter().map(|o| o.json()));
+    if opts.json {
+        for o in &outcomes {
+            writeln!(out, "{}", o.json()).map_err(io)?;
         }
     }
-    let mut goals: Vec<(u32, Vec<String>)> = Vec::new();
-    let mut above_roofline = Vec::new();
-    let mut notes = Vec::new();
-    for family in FAMILIES {
-        let mut rows = Vec::new();
-        for case in (family.cases)(&plan).into_iter().filter(|c| selected(c.kernel)) {
-            for row in case::measure(&case, &ctx)? {
-                emit(out, &row)?;
-                rows.push(row);
-            }
-        }
-        for case in (family.custom)(&plan).into_iter().filter(|c| selected(c.kernel)) {
-            for row in (case.measure)(&ctx)? {
-                emit(out, &row)?;
-                rows.push(row);
-            }
-        }
-        let lines = (family.goals)(&rows);
-        if !lines.is_empty() {
-            match goals.iter_mut().find(|(issue, _)| *issue == family.issue) {
-                Some((_, g)) => g.extend(lines),
-                None => goals.push((family.issue, lines)),
-            }
-        }
-        for r in rows.iter().filter(|r| r.within_bound == Some(false)) {
-            notes.push(format!("{} {} {}", r.kernel, r.isa, r.shape));
-        }
-        for r in &rows {
-            if let (Some(name), Some(q)) = (&r.roofline, r.roofline_ratio) {
-                if q > ABOVE_ROOFLINE && !above_roofline.contains(name) {
-                    above_roofline.push(name.clone());
-                }
-            }
-        }
-    }
+
+    let page = html::write(opts.html.clone(), &run, &rows, &outcomes);
+    let recorded = if opts.record {
+        Some(record::write(&run, &json_lines).map_err(|e| ReportError::new(format!("--record: {e}")))?)
+    } else {
+        None
+    };
     if !opts.json {
-        for (issue, lines) in goals {
-            writeln!(out, "\ngoals of issue {issue} (ratios from this run):").map_err(io)?;
-            for g in lines {
-                writeln!(out, "  {g}").map_err(io)?;
-            }
+        write!(out, "{}", text(&rows, &outcomes, &ctx)).map_err(io)?;
+        match &page {
+            Ok(path) => writeln!(out, "\nHTML report with charts: {}", path.display()).map_err(io)?,
+            Err(e) => writeln!(out, "\nHTML report: not written ({e})").map_err(io)?,
         }
+        if let Some(path) = &recorded {
+            writeln!(out, "recorded: {}", path.display()).map_err(io)?;
+        }
+    } else if let Err(e) = &page {
+        eprintln!("report: the HTML page was not written: {e}");
     }
-    if !opts.json && !notes.is_empty() {
-        writeln!(
-            out,
-            "\nERROR BOUND BROKEN (max_rel marked !): {}. The kernel's output is outside its documented bound \
-             against the oracle: a bug to report.",
-            notes.join(", ")
-        )
-        .map_err(io)?;
-    }
-    if !opts.json && !above_roofline.is_empty() {
-        writeln!(
-            out,
-            "\nnote: some rows run faster than their roofline (xroof > {ABOVE_ROOFLINE}): {}. That \"roofline\" is \
-             then not a limit in this run (a slow reference implementation, or noise); read those ratios with care.",
-            above_roofline.join(", ")
-        )
-        .map_err(io)?;
-    }
-    Ok(())
+    out.flush().map_err(io)
 }
 
-/// The explanation printed above the table.
-fn header(ctx: &Context, l2: Option<usize>, opts: &Options) -> String {
-    let isas: Vec<String> = ctx.kernels.iter().map(|k| k.isa().to_string()).collect();
-    let l2 = match l2 {
-        Some(b) => format!("L2 {} KiB (sysfs)", b >> 10),
-        None => "L2 unknown, assumed 1 MiB".to_string(),
+/// The text after the first line: the summary, the targets, the rows, the other figures, the
+/// notes and the legend.
+fn text(rows: &[Row], outcomes: &[targets::Outcome], ctx: &Context) -> String {
+    let mut t = String::new();
+    let mut line = |s: &str| {
+        t.push_str(s);
+        t.push('\n');
     };
+    let headlines = FAMILIES.iter().flat_map(|f| f.headlines.iter());
+    line("");
+    line("summary: each kernel's headline row on each SIMD ISA; the worst error over all its rows, as a");
+    line("fraction of the documented bound; ✓/✗ against each target (figures and targets below)");
+    for l in summary::table(headlines, rows, outcomes) {
+        line(&l);
+    }
+
+    let groups = targets::groups(outcomes);
+    let with_goal = |g: &&Vec<&targets::Outcome>| g[0].target.goal != targets::Goal::None;
+    line("");
+    line("targets (ratios within this run):");
+    for g in groups.iter().filter(with_goal) {
+        if let Some(l) = targets::line(g) {
+            line(&format!("  {l}"));
+        }
+    }
+    let missing = targets::unmeasured(outcomes);
+    if !missing.is_empty() {
+        line(&format!("  not measured in this run: {}", missing.join("; ")));
+    }
+
+    line("");
+    line(&output::table_header());
+    for r in rows {
+        line(&output::table_line(r));
+    }
+
+    let figures: Vec<String> = groups
+        .iter()
+        .filter(|g| !with_goal(g))
+        .filter_map(|g| targets::line(g))
+        .collect();
+    if !figures.is_empty() {
+        line("");
+        line("other figures (no target):");
+        for f in figures {
+            line(&format!("  {f}"));
+        }
+    }
+
+    let broken: Vec<String> = rows
+        .iter()
+        .filter(|r| r.within_bound == Some(false))
+        .map(|r| format!("{} {} {} {}", r.kernel, r.isa, r.dtype, r.shape))
+        .collect();
+    if !broken.is_empty() {
+        line("");
+        line(&format!(
+            "ERROR BOUND BROKEN (err/bnd > 1, marked !): {}. The kernel's output is outside its documented bound \
+             against the oracle: a bug to report.",
+            broken.join(", ")
+        ));
+    }
+    let mut above: Vec<&str> = Vec::new();
+    for r in rows {
+        if let (Some(name), Some(q)) = (&r.roofline, r.roofline_ratio) {
+            if q > ABOVE_ROOFLINE && !above.contains(&name.as_str()) {
+                above.push(name);
+            }
+        }
+    }
+    if !above.is_empty() {
+        line("");
+        line(&format!(
+            "note: some rows run faster than their roofline (xroof > {ABOVE_ROOFLINE}): {}. That \"roofline\" is \
+             then not a limit in this run (a slow reference implementation, or noise); read those ratios with care.",
+            above.join(", ")
+        ));
+    }
+    line("");
+    t.push_str(&legend(ctx));
+    t
+}
+
+/// The short legend under the rows.
+fn legend(ctx: &Context) -> String {
     format!(
         "\
-kernels report: {cpu}; {l2}; ISAs measured: {isas}; {mode}
-buffers: {placement}
-timing:  per case, plain Rust, every ISA's kernel and every ISA's roofline run interleaved on the same buffers,
-         {rounds} rounds of ~{sample:.0} ms batches each (order shuffled per round), each after an untimed warm-up batch
-         of the same contender (none where one call outlasts a batch); times are medians over rounds, ratios
-         medians of per-round ratios. Inputs go through black_box, outputs are consumed. This machine is shared
-         and noisy (2-3x between time windows): compare ratios within one run, not absolute figures across runs.
-columns: GB/s counts the bytes an ideal kernel moves (x read once + y written once); Gelem/s output elements;
-         GFLOP/s only where a FLOP count means something; time = median per call; max_ulp / max_rel vs the f64
-         oracle (`reference`); xscalar, xplain = speedup over the scalar path and over plain Rust (f32::exp
-         loops) in the same run; xgemm, xmm = attention's speedup over the unfused composition (per head a GEMM
-         Q.K^T, Kernels::softmax of the row's ISA with scale and mask, a GEMM P.V) on the gemm crate / on
-         matrixmultiply, single-threaded (both GEMMs pick their own best ISA: avx512 where the CPU has it; the
-         goal lines also compare plain attention with the gemm crate around the plain scalar softmax);
-         roofline = what the row is held against; xroof = roofline time / kernel time (1.0 = at the roofline);
-         iqr = interquartile range of the kernel's times / median (noise); \"!\" after max_rel: outside the
-         kernel's documented error bound.
-roofline: softmax-like rows (softmax, sigmoid, swish) whose working set (x + y) exceeds L2, and exp rows: a copy
-         of the same bytes with that ISA's vectors and ordinary (not streaming) stores, an intrinsics loop (not
-         memcpy, which may switch to non-temporal stores), or streaming stores for the norm rows whose kernel
-         streams its output (kernels::Kernels::streams at the row's working set); other rows: exp(ISA), the bare vectorized Kernels::exp
-         of that ISA from x to y. Attention rows: fma peak(ISA), timed in the case's rounds, its fastest round
-         (a hardware limit: noise only slows it) scaled to the row's FLOPs; xroof = that / the kernel's median. The scalar and plain rows use the scalar ISA's (baseline
-         vectors: sse2/neon). `roofline` rows: the FMA peak (independent accumulators) and copy bandwidth (bytes
-         read + written; method in brackets) at L1, L2 and beyond-LLC sizes.
-attention: B=1, H=8, Dk=Dv=64, Lq=Lk=L; plain; realformer = P in and S out; causal; padded = key_lengths
-         3L/4. Timed interleaved per round: each ISA's kernel, the same kernel without the row's options (for the
-         causal and realformer goals), both compositions and the ISA's FMA peak; Q, K, V, P, O, S in one
-         allocation, staggered by 1088 B mod 4 KiB. GFLOP/s count 4*D per visible (query, key) pair and head
-         (4*L*L*D*H when dense); causal and padded rows count the pairs left after masking (the goal lines also
-         give causal counted as if dense, the convention of PyTorch's figures). The scalar path runs one timed
-         call at L=512 only (xscalar = that time / the kernel's median; \"-\" elsewhere); L=2048 cases run at most
-         {long_rounds} rounds. max_rel = max |O - exact| / sum_j w_ij*|V_jd| (error relative to what the output
-         averages) on sampled rows (heads 0 and 7; rows 0-15, L/2-8.., L-16..; the f64 oracle on the whole
-         output is too slow at L=2048), checked with reference::check_attention (S too for realformer); ulps of
-         near-zero averages are not shown.
-
+legend:
+  err/bnd     the worst error against the f64 oracle (`reference`) as a fraction of the kernel's documented
+              bound: <= 1 holds it, ! breaks it (f16/bf16: the one rounding to the type is free). Plain Rust
+              rows show theirs for comparison; they are not held to it. \"hard\": inputs hard on purpose.
+  xscalar, xplain, xunfused   speed-up over the scalar path, plain Rust (f32::exp loops, two-pass norms),
+              the unfused composition (attention, GAU: the gemm crate around this crate's pieces; add_ln_h:
+              a plain add loop, then layer_norm); medians of per-round ratios, interleaved in one run.
+  roofline    what the row is held against, measured in the same run: a copy of the same bytes (beyond L2,
+              and for norms), the bare vectorized exp of the ISA (softmax-like rows in cache), the FMA peak
+              (attention, GAU); xroof = roofline time / kernel time (1.0 = at the roofline).
+  GB/s        bytes an ideal kernel moves (each input read once, each output written once); time = median
+              per call; iqr = interquartile range / median (noise).
+  timing      {rounds} rounds of ~{sample:.0} ms batches per contender, order shuffled per round (attention
+              B=1 H=8 D=64; L=2048 at most {long} rounds). Machines like this one drift 2-3x between time
+              windows: compare ratios within one run, not figures across runs.
+  buffers     {placement}.
 ",
-        cpu = crate::roofline::cpu_name(),
-        isas = isas.join(", "),
-        mode = if opts.quick { "--quick" } else { "full run" },
-        placement = buffers::describe(ctx.out_offset),
         rounds = ctx.timing.rounds,
         sample = ctx.timing.sample_ns / 1e6,
-        long_rounds = attention::LONG_ROUNDS.min(ctx.timing.rounds),
+        long = attention::LONG_ROUNDS.min(ctx.timing.rounds),
+        placement = buffers::describe(ctx.out_offset),
     )
 }
 
@@ -443,10 +581,10 @@ mod tests {
 
     #[test]
     fn parses_flags() {
-        let Ok(Command::Run(o)) = args("--quick --json --kernel softmax,exp --isa=avx2 --rounds 3") else {
+        let Ok(Command::Run(o)) = args("--quick --json --record --kernel softmax,exp --isa=avx2 --rounds 3") else {
             panic!("should parse");
         };
-        assert!(o.quick && o.json);
+        assert!(o.scope == Scope::Quick && o.json && o.record);
         assert_eq!(o.kernels, Some(vec!["softmax".to_string(), "exp".to_string()]));
         assert_eq!(o.isas, Some(vec!["avx2".to_string()]));
         assert_eq!(o.rounds, Some(3));
@@ -454,6 +592,11 @@ mod tests {
         assert!(args("--bogus").is_err());
         assert!(args("--rounds 0").is_err());
         assert!(args("--kernel").is_err());
+        assert!(args("--quick --full").is_err());
+        let Ok(Command::Run(o)) = args("--full --html /tmp/x") else {
+            panic!("should parse");
+        };
+        assert_eq!((o.scope, o.html), (Scope::Full, Some(PathBuf::from("/tmp/x"))));
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! Rows of the normalization family (issue 3), under these kernel names (the table's kernel
-//! column is 11 wide):
+//! Rows of the normalization family, under these kernel names (the table's kernel column is
+//! 10 wide):
 //!
 //! - `layer_norm`: [`Kernels::layer_norm`] with γ and β;
-//! - `add_ln_h`: [`Kernels::add_layer_norm`] with the `h` output (Pre-LN residual stream);
+//! - `add_ln_h`: [`Kernels::add_layer_norm`] with the `h` output (Pre-LN residual stream),
+//!   timed beside the unfused "add, then layer_norm" of the same ISA (a plain add loop writing
+//!   `h`, then our [`Kernels::layer_norm`] of `h`: the `add+ln` entry of its `vs`);
 //! - `add_ln`: [`Kernels::add_layer_norm`] without `h` (Post-LN);
-//! - `add+ln`: the unfused "add, then layer_norm": a plain add loop writing `h`, then our
-//!   [`Kernels::layer_norm`] of `h` (the baseline of the fusion goal);
 //! - `rms_norm`: [`Kernels::rms_norm`] with a gain;
 //! - `batch_norm`: [`Kernels::batch_norm`] (inference, running statistics, γ, β);
 //! - `bn_train`: [`Kernels::batch_norm_train`] (batch statistics, running averages updated).
@@ -13,44 +13,41 @@
 //! Shapes: rows of d ∈ {64, 256, 1024, 4096} in cache (16 Ki elements: x + y = 128 KiB), and
 //! beyond L2 (4096×1024, 1024×4096: 16 MiB per operand). Every row is held against the copy
 //! roofline of its bytes, in cache too (a norm has no exp to compare with): layer_norm and
-//! rms_norm read x and write y; add_ln_h and add+ln read x and r and write y and h; add_ln
-//! reads x and r and writes y. The operands of the add forms are packed into the case's one
-//! input and one output buffer (`[x | r]`, `[y | h]`). Where the f32 kernel of an ISA streams
-//! its output ([`Kernels::streams`] at the row's bytes: beyond the last-level cache), the copy
-//! streams too, so that both gain the same from the input staying in cache between calls.
+//! rms_norm read x and write y; add_ln_h reads x and r and writes y and h; add_ln reads x and r
+//! and writes y. The operands of the add forms are packed into the case's one input and one
+//! output buffer (`[x | r]`, `[y | h]`). Where the f32 kernel of an ISA streams its output
+//! ([`Kernels::streams`] at the row's bytes: beyond the last-level cache), the copy streams
+//! too, so that both gain the same from the input staying in cache between calls.
 //!
 //! γ is uniform in [0.5, 1.5), β in [−0.5, 0.5) (the gain of rms_norm as γ), ε = 1e−5; inputs
-//! uniform in [−2, 2) plus a per-row offset in [−4, 4). The plain versions ([`plain_layer_norm`]
-//! and the others below) are what a user would write: a two-pass LayerNorm, an add loop
-//! followed by it. `max_rel` is against the f64 oracle (large near y = 0: read it with the `!`
-//! flag, which is the documented bound checked by `reference::check_layer_norm`,
-//! `check_rms_norm` and `check_batch_norm` on every ISA's output).
+//! uniform in [−2, 2) plus a per-row offset in [−4, 4). One LayerNorm row is hard on purpose:
+//! a mean of 10⁶ against a spread of ±2 (the inputs that break `E[x²] − E[x]²`, and a plain
+//! f32 two-pass's mean). The plain versions ([`plain_layer_norm`] and the others below) are
+//! what a user would write: a two-pass LayerNorm, an add loop followed by it. The error is the
+//! fraction of the documented bound (`reference::fraction::layer_norm`, `rms_norm`,
+//! `batch_norm`, `batch_norm_train` on every output).
 
 use std::cell::RefCell;
 
 use kernels::half::{bf16, f16};
-use kernels::{BatchNormOptions, Element, Kernels, LayerNormOptions, Residual, RmsNormOptions};
+use kernels::{BatchNormOptions, Kernels, LayerNormOptions, Residual, RmsNormOptions};
 
-use super::case::{self, Case, Context, Custom, Rule};
-use super::output::Row;
-use super::{Family, Plan, ReportError};
-use crate::{data, storage};
+use super::case::{Case, Rule};
+use super::{no_custom, Family, Headline, Plan};
+use crate::data;
+use crate::storage::{self, Typed};
 
 /// The kernels of this module, for the registry of the report.
 pub const FAMILY: Family = Family {
-    kernels: &[
-        "layer_norm",
-        "add_ln_h",
-        "add_ln",
-        "add+ln",
-        "rms_norm",
-        "batch_norm",
-        "bn_train",
+    kernels: &["layer_norm", "add_ln_h", "add_ln", "rms_norm", "batch_norm", "bn_train"],
+    cases,
+    custom: no_custom,
+    headlines: &[
+        Headline::elements("layer_norm", "4096x1024"),
+        Headline::elements("add_ln_h", "4096x1024"),
+        Headline::elements("rms_norm", "4096x1024"),
+        Headline::elements("batch_norm", "16x256x1024"),
     ],
-    cases: no_cases,
-    custom,
-    issue: 3,
-    goals,
 };
 
 /// ε of every case.
@@ -58,41 +55,39 @@ pub const EPS: f32 = 1e-5;
 
 /// `(rows, d)`: in cache (16 Ki elements), then beyond L2 (4 Mi elements).
 pub const ROWS: [(usize, usize); 6] = [(256, 64), (64, 256), (16, 1024), (4, 4096), (4096, 1024), (1024, 4096)];
-const ROWS_QUICK: [(usize, usize); 2] = [(16, 1024), (4096, 1024)];
+const ROWS_DEFAULT: [(usize, usize); 2] = [(16, 1024), (4096, 1024)];
 /// BatchNorm shapes `[N, C, S]`: in cache, beyond L2.
 pub const BN_SHAPES: [[usize; 3]; 2] = [[8, 64, 32], [16, 256, 1024]];
 const BN_SHAPES_QUICK: [[usize; 3]; 1] = [[8, 64, 32]];
+/// The hard LayerNorm rows: `(rows, d)` (in cache), and what makes them hard.
+const HARD: ((usize, usize), &str) = ((16, 4096), "mean 1e6, spread +-2");
 
-fn no_cases(_: &Plan) -> Vec<Case> {
-    Vec::new()
-}
-
-fn custom(plan: &Plan) -> Vec<Custom> {
+fn cases(plan: &Plan) -> Vec<Case> {
     let mut out = Vec::new();
-    let rows = plan.pick(&ROWS, &ROWS_QUICK);
+    let rows = plan.pick(&ROWS, &ROWS_DEFAULT, &ROWS_DEFAULT);
     for &(r, d) in rows {
         out.push(layer_norm_as::<f32>(r, d));
     }
+    out.push(hard_layer_norm());
     for &(r, d) in rows {
-        out.push(add_layer_norm(r, d, true));
-        if !plan.quick {
-            out.push(add_layer_norm(r, d, false));
-        }
-        out.push(add_then_layer_norm(r, d));
+        out.push(add_layer_norm_as::<f32>(r, d));
+    }
+    for &(r, d) in plan.pick(&ROWS, &[], &[]) {
+        out.push(add_layer_norm(r, d));
     }
     // --quick: rms_norm in cache only (the scalar path costs ~25 ms a call beyond L2).
-    for &(r, d) in rows.iter().filter(|&&(r, d)| !plan.quick || r * d < 1 << 20) {
+    for &(r, d) in plan.pick(&ROWS, &ROWS_DEFAULT, &ROWS_DEFAULT[..1]) {
         out.push(rms_norm_as::<f32>(r, d));
     }
-    for &shape in plan.pick(&BN_SHAPES, &BN_SHAPES_QUICK) {
+    for &shape in plan.pick(&BN_SHAPES, &BN_SHAPES, &BN_SHAPES_QUICK) {
         out.push(batch_norm_as::<f32>(shape));
-        if !plan.quick {
-            out.push(batch_norm_train(shape));
-        }
     }
-    // Issue 7: f16 and bf16 tensors beyond L2 (8 + 8 MiB; the f32 rows of the same shape move
+    for &shape in plan.pick(&BN_SHAPES, &[], &[]) {
+        out.push(batch_norm_train(shape));
+    }
+    // f16 and bf16 tensors beyond L2 (8 + 8 MiB; the f32 rows of the same shape move
     // 16 + 16 MiB), against the f32 rows above.
-    for &(r, d) in plan.pick(&HALF_ROWS, &HALF_ROWS_QUICK) {
+    for &(r, d) in plan.pick(&HALF_ROWS, &HALF_ROWS[..1], &HALF_ROWS[..1]) {
         out.push(layer_norm_as::<f16>(r, d));
         out.push(layer_norm_as::<bf16>(r, d));
         out.push(rms_norm_as::<f16>(r, d));
@@ -108,26 +103,36 @@ fn custom(plan: &Plan) -> Vec<Custom> {
 
 /// Half-typed shapes (beyond L2 in f32 and in the half types).
 const HALF_ROWS: [(usize, usize); 2] = [(4096, 1024), (1024, 4096)];
-const HALF_ROWS_QUICK: [(usize, usize); 1] = [(4096, 1024)];
 
-/// The storage types (f32 included: its rows come from the same constructors), with what
-/// the checks need of both crates' traits.
-trait Half: Element + reference::Element {}
-impl Half for f32 {}
-impl Half for f16 {}
-impl Half for bf16 {}
+fn layer_norm_as<E: Typed>(rows: usize, d: usize) -> Case {
+    layer_norm_of::<E>(rows, d, move || rows_input(rows, d, 0x5eed_0310))
+}
 
-fn layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
+/// LayerNorm rows whose mean is far larger than their spread, labelled as hard.
+fn hard_layer_norm() -> Case {
+    let ((rows, d), what) = HARD;
+    Case {
+        hard: Some(what),
+        ..layer_norm_of::<f32>(rows, d, move || {
+            data::uniform(rows * d, -2.0, 2.0, 0x5eed_0314)
+                .into_iter()
+                .map(|v| 1e6 + v)
+                .collect()
+        })
+    }
+}
+
+fn layer_norm_of<E: Typed>(rows: usize, d: usize, input: impl Fn() -> Vec<f32> + 'static) -> Case {
     let n = rows * d;
     let (g, b) = affine(d);
     let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
-    let case = Case {
-        streams: <E as Element>::NAME == "f32",
+    Case {
+        streams: <E as kernels::Element>::NAME == "f32",
         ..Case::elementwise_as::<E>(
             "layer_norm",
             format!("{rows}x{d}"),
             n,
-            move || rows_input(rows, d, 0x5eed_0310),
+            input,
             move |k: Kernels, x: &[E], y: &mut [E]| {
                 let opts = LayerNormOptions {
                     gamma: Some(&g1),
@@ -139,56 +144,109 @@ fn layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
             move |x, y| plain_layer_norm(x, y, d, &g2, &b2, EPS),
             move |x| reference::layer_norm(x, d, Some(&g3), Some(&b3), EPS).y,
         )
-    };
-    checked(case, move |x, y| {
-        let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
-        reference::check_layer_norm(x, d, Some(&g), Some(&b), EPS, y, None, None).is_ok()
-    })
+        .with_bound(move |x, y| {
+            let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
+            reference::fraction::layer_norm(x, d, Some(&g), Some(&b), EPS, y, None, None)
+        })
+    }
 }
 
-/// Add & LayerNorm with the `h` output over `E`: input `[x | r]`, output `[y | h]`.
-fn add_layer_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
+/// The fraction of the bound of an add form's `[y | h]` (or `[y]`) from `[x | r]`: `h` must be
+/// the residual exactly (∞ otherwise), `y` its LayerNorm within the bound.
+fn add_bound<E: Typed>(
+    n: usize,
+    d: usize,
+    with_h: bool,
+    (g, b): (Vec<f32>, Vec<f32>),
+) -> impl Fn(&[f32], &[f32]) -> f64 {
+    move |xr, yh| {
+        let out = if with_h { 2 * n } else { n };
+        let (xr, yh) = (storage::view::<E>(xr, 2 * n), storage::view::<E>(yh, out));
+        let wide = |v: &[E]| -> Vec<f32> { v.iter().map(|e| kernels::Element::to_f32(*e)).collect() };
+        let h = reference::residual(&wide(&xr[..n]), &wide(&xr[n..]), None, 1.0, d);
+        let h_exact = !with_h
+            || yh[n..]
+                .iter()
+                .zip(&h)
+                .all(|(&got, &want)| got == <E as kernels::Element>::from_f32(want));
+        if !h_exact {
+            return f64::INFINITY;
+        }
+        reference::fraction::layer_norm(&h, d, Some(&g), Some(&b), EPS, &yh[..n], None, None)
+    }
+}
+
+/// Add & LayerNorm with the `h` output over `E`: input `[x | r]`, output `[y | h]`; for f32,
+/// with the unfused composition (a plain add loop into `h`, then [`Kernels::layer_norm`]).
+fn add_layer_norm_as<E: Typed>(rows: usize, d: usize) -> Case {
     let n = rows * d;
     let (g, b) = affine(d);
-    let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
-    let case = Case::stored_as::<E>(
-        "add_ln_h",
-        format!("{rows}x{d}"),
-        [2 * n, 2 * n, n],
-        move || residual_input(rows, d),
-        move |k: Kernels, xr: &[E], yh: &mut [E]| {
-            let opts = LayerNormOptions {
-                gamma: Some(&g1),
-                beta: Some(&b1),
-                eps: EPS,
-            };
-            let (x, r) = xr.split_at(n);
-            let (y, h) = yh.split_at_mut(n);
-            k.add_layer_norm(x, r, y, Some(h), d, &Residual::default(), &opts)
-        },
-        move |xr, yh| {
-            let (x, r) = xr.split_at(n);
-            let (y, h) = yh.split_at_mut(n);
-            plain_add(x, r, h);
-            plain_layer_norm(h, y, d, &g2, &b2, EPS);
-        },
-        move |xr| {
-            let (x, r) = xr.split_at(n);
-            reference::add_layer_norm(x, r, None, 1.0, d, Some(&g3), Some(&b3), EPS)
-                .1
-                .y
-        },
+    let (g1, b1, g2, b2, g3, b3, g4, b4) = (
+        g.clone(),
+        b.clone(),
+        g.clone(),
+        b.clone(),
+        g.clone(),
+        b.clone(),
+        g.clone(),
+        b.clone(),
     );
-    checked(case, move |xr, yh| {
-        let (xr, yh) = (storage::view::<E>(xr, 2 * n), storage::view::<E>(yh, 2 * n));
-        let wide = |v: &[E]| -> Vec<f32> { v.iter().map(|e| <E as Element>::to_f32(*e)).collect() };
-        let h = reference::residual(&wide(&xr[..n]), &wide(&xr[n..]), None, 1.0, d);
-        reference::check_layer_norm(&h, d, Some(&g), Some(&b), EPS, &yh[..n], None, None).is_ok()
-    })
+    let case = Case {
+        streams: <E as kernels::Element>::NAME == "f32",
+        ..Case::stored_as::<E>(
+            "add_ln_h",
+            format!("{rows}x{d}"),
+            [2 * n, 2 * n, n],
+            move || residual_input(rows, d),
+            move |k: Kernels, xr: &[E], yh: &mut [E]| {
+                let opts = LayerNormOptions {
+                    gamma: Some(&g1),
+                    beta: Some(&b1),
+                    eps: EPS,
+                };
+                let (x, r) = xr.split_at(n);
+                let (y, h) = yh.split_at_mut(n);
+                k.add_layer_norm(x, r, y, Some(h), d, &Residual::default(), &opts)
+            },
+            move |xr, yh| {
+                let (x, r) = xr.split_at(n);
+                let (y, h) = yh.split_at_mut(n);
+                plain_add(x, r, h);
+                plain_layer_norm(h, y, d, &g2, &b2, EPS);
+            },
+            move |xr| {
+                let (x, r) = xr.split_at(n);
+                reference::add_layer_norm(x, r, None, 1.0, d, Some(&g3), Some(&b3), EPS)
+                    .1
+                    .y
+            },
+        )
+        .with_bound(add_bound::<E>(n, d, true, (g, b)))
+    };
+    if <E as kernels::Element>::NAME != "f32" {
+        return case;
+    }
+    Case {
+        unfused: Some((
+            "add+ln",
+            Box::new(move |k: Kernels, xr: &[f32], yh: &mut [f32]| {
+                let opts = LayerNormOptions {
+                    gamma: Some(&g4),
+                    beta: Some(&b4),
+                    eps: EPS,
+                };
+                let (x, r) = xr.split_at(n);
+                let (y, h) = yh.split_at_mut(n);
+                plain_add(x, r, h);
+                k.layer_norm(h, y, d, &opts)
+            }),
+        )),
+        ..case
+    }
 }
 
 /// BatchNorm inference over `E`.
-fn batch_norm_as<E: Half>(shape: [usize; 3]) -> Custom {
+fn batch_norm_as<E: Typed>(shape: [usize; 3]) -> Case {
     let [n, c, s] = shape;
     let len = n * c * s;
     let (g, b) = affine(c);
@@ -196,7 +254,7 @@ fn batch_norm_as<E: Half>(shape: [usize; 3]) -> Custom {
     let (g1, b1, m1, v1) = (g.clone(), b.clone(), m.clone(), v.clone());
     let (g2, b2, m2, v2) = (g.clone(), b.clone(), m.clone(), v.clone());
     let (g3, b3, m3, v3) = (g.clone(), b.clone(), m.clone(), v.clone());
-    let case = Case::elementwise_as::<E>(
+    Case::elementwise_as::<E>(
         "batch_norm",
         bn_name(shape),
         len,
@@ -212,19 +270,19 @@ fn batch_norm_as<E: Half>(shape: [usize; 3]) -> Custom {
         },
         move |x, y| plain_batch_norm(x, y, shape, &m2, &v2, &g2, &b2, EPS),
         move |x| reference::batch_norm(x, shape, &m3, &v3, Some(&g3), Some(&b3), EPS),
-    );
-    checked(case, move |x, y| {
+    )
+    .with_bound(move |x, y| {
         let (x, y) = (storage::view::<E>(x, len), storage::view::<E>(y, len));
-        reference::check_batch_norm(x, shape, &m, &v, Some(&g), Some(&b), EPS, y).is_ok()
+        reference::fraction::batch_norm(x, shape, &m, &v, Some(&g), Some(&b), EPS, y)
     })
 }
 
-fn rms_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
+fn rms_norm_as<E: Typed>(rows: usize, d: usize) -> Case {
     let n = rows * d;
     let g = affine(d).0;
     let (g1, g2, g3) = (g.clone(), g.clone(), g.clone());
-    let case = Case {
-        streams: <E as Element>::NAME == "f32",
+    Case {
+        streams: <E as kernels::Element>::NAME == "f32",
         ..Case::elementwise_as::<E>(
             "rms_norm",
             format!("{rows}x{d}"),
@@ -240,11 +298,11 @@ fn rms_norm_as<E: Half>(rows: usize, d: usize) -> Custom {
             move |x, y| plain_rms_norm(x, y, d, &g2, EPS),
             move |x| reference::rms_norm(x, d, Some(&g3), EPS).y,
         )
-    };
-    checked(case, move |x, y| {
-        let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
-        reference::check_rms_norm(x, d, Some(&g), EPS, y).is_ok()
-    })
+        .with_bound(move |x, y| {
+            let (x, y) = (storage::view::<E>(x, n), storage::view::<E>(y, n));
+            reference::fraction::rms_norm(x, d, Some(&g), EPS, y)
+        })
+    }
 }
 
 /// `γ`, `β` of length `d`.
@@ -361,91 +419,46 @@ pub fn plain_batch_norm_train(
     }
 }
 
-/// `(input, output) → within the documented bound`.
-type Check = dyn Fn(&[f32], &[f32]) -> bool;
-
-/// A [`Custom`] case: the shared driver ([`case::measure`]) on `case`, then each printed ISA's
-/// output checked against the documented bound by `check(input, output)`.
-fn checked(case: Case, check: impl Fn(&[f32], &[f32]) -> bool + 'static) -> Custom {
-    let (kernel, shape) = (case.kernel, case.shape.clone());
-    let check: Box<Check> = Box::new(check);
-    Custom {
-        kernel,
-        shape,
-        measure: Box::new(move |ctx: &Context| -> Result<Vec<Row>, ReportError> {
-            let mut rows = case::measure(&case, ctx)?;
-            let input = (case.input)();
-            for row in rows.iter_mut() {
-                let Some(&k) = ctx.kernels.iter().find(|k| k.isa().to_string() == row.isa) else {
-                    continue;
-                };
-                let mut y = vec![0.0f32; case.y_len];
-                (case.run)(k, &input, &mut y)
-                    .map_err(|e| ReportError::new(format!("{} {}: {e}", case.kernel, case.shape)))?;
-                row.within_bound = Some(check(&input, &y));
-            }
-            Ok(rows)
-        }),
-    }
-}
-
-/// Fused Add & LayerNorm: input `[x | r]`, output `[y | h]` (or `[y]` without `h`).
-fn add_layer_norm(rows: usize, d: usize, with_h: bool) -> Custom {
+/// Fused Add & LayerNorm without `h` (Post-LN): input `[x | r]`, output `[y]`.
+fn add_layer_norm(rows: usize, d: usize) -> Case {
     let n = rows * d;
     let (g, b) = affine(d);
     let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
-    let y_len = if with_h { 2 * n } else { n };
-    let case = Case {
+    Case {
         rule: Rule::Copy,
         streams: true,
         x_len: 2 * n,
-        y_len,
+        y_len: n,
         elements: n,
         ..Case::elementwise(
-            if with_h { "add_ln_h" } else { "add_ln" },
+            "add_ln",
             format!("{rows}x{d}"),
             n,
             move || residual_input(rows, d),
-            move |k: Kernels, xr, yh| {
+            move |k: Kernels, xr, y| {
                 let opts = LayerNormOptions {
                     gamma: Some(&g1),
                     beta: Some(&b1),
                     eps: EPS,
                 };
                 let (x, r) = xr.split_at(n);
-                let (y, h) = yh.split_at_mut(n);
-                let h = if with_h { Some(h) } else { None };
-                k.add_layer_norm(x, r, y, h, d, &Residual::default(), &opts)
+                k.add_layer_norm(x, r, y, None, d, &Residual::default(), &opts)
             },
-            move |xr, yh| {
+            move |xr, y| {
+                // Without a buffer for h, the user adds into y and normalizes it in place.
                 let (x, r) = xr.split_at(n);
-                if with_h {
-                    let (y, h) = yh.split_at_mut(n);
-                    plain_add(x, r, h);
-                    plain_layer_norm(h, y, d, &g2, &b2, EPS);
-                } else {
-                    // Without a buffer for h, the user adds into y and normalizes it in place.
-                    plain_add(x, r, yh);
-                    plain_layer_norm_inplace(yh, d, &g2, &b2, EPS);
-                }
+                plain_add(x, r, y);
+                plain_layer_norm_inplace(y, d, &g2, &b2, EPS);
             },
             move |xr| {
                 let (x, r) = xr.split_at(n);
-                let (h, norm) = reference::add_layer_norm(x, r, None, 1.0, d, Some(&g3), Some(&b3), EPS);
-                let mut out = norm.y;
-                if with_h {
-                    out.extend(h.iter().map(|&v| v as f64));
-                }
-                out
+                reference::add_layer_norm(x, r, None, 1.0, d, Some(&g3), Some(&b3), EPS)
+                    .1
+                    .y
             },
         )
-    };
-    checked(case, move |xr, yh| {
-        let (x, r) = xr.split_at(n);
-        let h = reference::residual(x, r, None, 1.0, d);
-        let h_ok = !with_h || yh[n..] == h[..];
-        h_ok && reference::check_layer_norm(&h, d, Some(&g), Some(&b), EPS, &yh[..n], None, None).is_ok()
-    })
+        .with_bound(add_bound::<f32>(n, d, false, (g, b)))
+    }
 }
 
 /// `[x | r]` for the add forms.
@@ -453,56 +466,6 @@ fn residual_input(rows: usize, d: usize) -> Vec<f32> {
     let mut xr = rows_input(rows, d, 0x5eed_0311);
     xr.extend(data::uniform(rows * d, -1.0, 1.0, 0x5eed_0312));
     xr
-}
-
-/// The unfused composition with our LayerNorm: a plain add loop writing `h`, then
-/// [`Kernels::layer_norm`] of `h`. Input `[x | r]`, output `[y | h]`.
-fn add_then_layer_norm(rows: usize, d: usize) -> Custom {
-    let n = rows * d;
-    let (g, b) = affine(d);
-    let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
-    let case = Case {
-        rule: Rule::Copy,
-        streams: true,
-        x_len: 2 * n,
-        y_len: 2 * n,
-        elements: n,
-        ..Case::elementwise(
-            "add+ln",
-            format!("{rows}x{d}"),
-            n,
-            move || residual_input(rows, d),
-            move |k: Kernels, xr, yh| {
-                let opts = LayerNormOptions {
-                    gamma: Some(&g1),
-                    beta: Some(&b1),
-                    eps: EPS,
-                };
-                let (x, r) = xr.split_at(n);
-                let (y, h) = yh.split_at_mut(n);
-                plain_add(x, r, h);
-                k.layer_norm(h, y, d, &opts)
-            },
-            move |xr, yh| {
-                let (x, r) = xr.split_at(n);
-                let (y, h) = yh.split_at_mut(n);
-                plain_add(x, r, h);
-                plain_layer_norm(h, y, d, &g2, &b2, EPS);
-            },
-            move |xr| {
-                let (x, r) = xr.split_at(n);
-                let (h, norm) = reference::add_layer_norm(x, r, None, 1.0, d, Some(&g3), Some(&b3), EPS);
-                let mut out = norm.y;
-                out.extend(h.iter().map(|&v| v as f64));
-                out
-            },
-        )
-    };
-    checked(case, move |xr, yh| {
-        let (x, r) = xr.split_at(n);
-        let h = reference::residual(x, r, None, 1.0, d);
-        reference::check_layer_norm(&h, d, Some(&g), Some(&b), EPS, &yh[..n], None, None).is_ok()
-    })
 }
 
 /// Running statistics of `c` channels: means in [−1, 1), variances in [0.5, 2).
@@ -517,7 +480,7 @@ fn bn_name(shape: [usize; 3]) -> String {
     format!("{}x{}x{}", shape[0], shape[1], shape[2])
 }
 
-fn batch_norm_train(shape: [usize; 3]) -> Custom {
+fn batch_norm_train(shape: [usize; 3]) -> Case {
     let [n, c, s] = shape;
     let len = n * c * s;
     let (g, b) = affine(c);
@@ -526,8 +489,9 @@ fn batch_norm_train(shape: [usize; 3]) -> Custom {
     let state = RefCell::new((m.clone(), v.clone()));
     let plain_state = RefCell::new((m.clone(), v.clone()));
     let (g1, b1, g2, b2, g3, b3) = (g.clone(), b.clone(), g.clone(), b.clone(), g.clone(), b.clone());
+    let (m3, v3) = (m.clone(), v.clone());
     let momentum = BatchNormOptions::default().momentum;
-    let case = Case {
+    Case {
         rule: Rule::Copy,
         ..Case::elementwise(
             "bn_train",
@@ -548,98 +512,24 @@ fn batch_norm_train(shape: [usize; 3]) -> Custom {
                 let (m, v) = &mut *plain_state.borrow_mut();
                 plain_batch_norm_train(x, y, shape, m, v, &g2, &b2, EPS, momentum)
             },
-            move |x| reference::batch_norm_train(x, shape, &m, &v, Some(&g3), Some(&b3), EPS, momentum).y,
+            move |x| reference::batch_norm_train(x, shape, &m3, &v3, Some(&g3), Some(&b3), EPS, momentum).y,
         )
-    };
-    let (m, v) = running(c);
-    checked(case, move |x, y| {
-        // The running averages are not checked here (the timed calls moved them); the batch
-        // statistics and y are, through the reference's bound on y.
-        let exact = reference::batch_norm_train(x, shape, &m, &v, Some(&g), Some(&b), EPS, momentum);
-        let (rm, rv): (Vec<f32>, Vec<f32>) = (
-            exact.running_mean.iter().map(|&v| v as f32).collect(),
-            exact.running_var.iter().map(|&v| v as f32).collect(),
-        );
-        let got = reference::BatchNormTrainOutputs {
-            y,
-            running_mean: &rm,
-            running_var: &rv,
-            mean: None,
-            rstd: None,
-        };
-        reference::check_batch_norm_train(x, shape, &m, &v, Some(&g), Some(&b), EPS, momentum, got).is_ok()
-    })
-}
-
-/// `(rows, d)` of a shape `RxD`.
-fn parse_rows(shape: &str) -> Option<(usize, usize)> {
-    let (r, d) = shape.split_once('x')?;
-    Some((r.parse().ok()?, d.parse().ok()?))
-}
-
-/// The goals of issue 3 as read from the rows (shared/PERF.md explains them).
-fn goals(rows: &[Row]) -> Vec<String> {
-    let mut out = Vec::new();
-    let beyond = |r: &Row| r.bytes.is_some_and(|b| b > 4.0 * (1 << 20) as f64);
-    for isa in ["avx2", "avx512", "neon"] {
-        let of = |kernel: &'static str| {
-            rows.iter().filter(move |r| {
-                r.kernel == kernel && r.isa == isa && r.dtype == "f32" && parse_rows(&r.shape).is_some()
-            })
-        };
-        let mut push = |what: &str, values: Vec<String>| {
-            if !values.is_empty() {
-                out.push(format!("{isa}: {what}: {}", values.join(", ")));
-            }
-        };
-        for (kernel, goal) in [("layer_norm", "0.85"), ("add_ln_h", "0.80")] {
-            push(
-                &format!("{kernel} fraction of the copy roofline beyond L2 (goal >= {goal})"),
-                of(kernel)
-                    .filter(|r| beyond(r))
-                    .filter_map(|r| Some(format!("{} {:.2}", r.shape, r.roofline_ratio?)))
-                    .collect(),
+        .with_bound(move |x, y| {
+            // The running averages are not checked here (the timed calls moved them); the batch
+            // statistics and y are, through the reference's bound on y.
+            let exact = reference::batch_norm_train(x, shape, &m, &v, Some(&g), Some(&b), EPS, momentum);
+            let (rm, rv): (Vec<f32>, Vec<f32>) = (
+                exact.running_mean.iter().map(|&v| v as f32).collect(),
+                exact.running_var.iter().map(|&v| v as f32).collect(),
             );
-        }
-        for kernel in ["add_ln", "rms_norm"] {
-            push(
-                &format!("{kernel} fraction of the copy roofline beyond L2 (no goal)"),
-                of(kernel)
-                    .filter(|r| beyond(r))
-                    .filter_map(|r| Some(format!("{} {:.2}", r.shape, r.roofline_ratio?)))
-                    .collect(),
-            );
-        }
-        push(
-            "layer_norm speedup over plain scalar two-pass in cache (goal >= 10x)",
-            of("layer_norm")
-                .filter(|r| !beyond(r))
-                .filter_map(|r| Some(format!("{} {:.1}x", r.shape, r.vs_plain?)))
-                .collect(),
-        );
-        push(
-            "add_ln_h (add_layer_norm with h) speedup over plain add + two-pass in cache (no goal)",
-            of("add_ln_h")
-                .filter(|r| !beyond(r))
-                .filter_map(|r| Some(format!("{} {:.1}x", r.shape, r.vs_plain?)))
-                .collect(),
-        );
-        // Fused vs the plain add loop + our layer_norm (both write y and h): separate cases of
-        // the same run, so a ratio of medians rather than of rounds.
-        let composed: Vec<&Row> = of("add+ln").collect();
-        push(
-            "add_ln_h (fused add_layer_norm with h) / add+ln (plain add loop, then our layer_norm) speed (goal >= 1.3x)",
-            of("add_ln_h")
-                .filter_map(|r| {
-                    let c = composed.iter().find(|c| c.shape == r.shape)?;
-                    Some(format!("{} {:.2}x", r.shape, c.ns_per_iter / r.ns_per_iter))
-                })
-                .collect(),
-        );
+            let got = reference::BatchNormTrainOutputs {
+                y,
+                running_mean: &rm,
+                running_var: &rv,
+                mean: None,
+                rstd: None,
+            };
+            reference::fraction::batch_norm_train(x, shape, &m, &v, Some(&g), Some(&b), EPS, momentum, got)
+        })
     }
-    out.extend(super::softmax::half_goals(
-        rows,
-        &["layer_norm", "add_ln_h", "rms_norm", "batch_norm"],
-    ));
-    out
 }

@@ -29,8 +29,14 @@ pub struct Row {
     /// Max relative error against the oracle.
     pub max_rel_err: Option<f64>,
     /// Whether the checked outputs are within the kernel's documented error bound (where the
-    /// row checks one).
+    /// row checks one; not for plain Rust, which is not held to it).
     pub within_bound: Option<bool>,
+    /// The worst error of the checked outputs as a fraction of the kernel's documented bound
+    /// (`reference::fraction`): ≤ 1 within it; for f16 and bf16 the one rounding to the type
+    /// is free.
+    pub bound_fraction: Option<f64>,
+    /// Where the row's input is hard on purpose, what makes it so.
+    pub input: Option<String>,
     /// Speedup over the scalar path of the same kernel.
     pub vs_scalar: Option<f64>,
     /// Speedup over the plain Rust version.
@@ -38,8 +44,9 @@ pub struct Row {
     /// Speedup over the same kernel on each other measured ISA (median of per-round ratios).
     pub vs_isa: Vec<(String, f64)>,
     /// Speedup over other named baselines of the same run: `gemm` and `matrixmultiply` (the
-    /// unfused attention compositions), `attention plain` (the same ISA's kernel without the
-    /// row's options: causal, padding, P/S).
+    /// unfused attention and GAU compositions), `add+ln` (a plain add loop, then this crate's
+    /// `layer_norm`), `attention plain` (the same ISA's kernel without the row's options:
+    /// causal, padding, P/S), `f32` (a half-typed row against the f32 kernel).
     pub vs: Vec<(String, f64)>,
     /// What the row is held against, e.g. `copy(avx512, ordinary stores)` or `exp(avx512)`.
     pub roofline: Option<String>,
@@ -85,9 +92,21 @@ impl Row {
         self.vs.iter().find(|(n, _)| n == name).map(|&(_, q)| q)
     }
 
+    /// The speedup over the unfused composition of the same work: the first entry of
+    /// [`Row::vs`] named `gemm` (attention, GAU) or `add+ln` (Add & LayerNorm).
+    pub fn vs_unfused(&self) -> Option<f64> {
+        UNFUSED.iter().find_map(|name| self.vs(name))
+    }
+
+    /// Whether the row is a kernel of this crate (not plain Rust, nor a machine limit).
+    pub fn is_kernel(&self) -> bool {
+        self.isa != "plain" && self.kernel != "roofline"
+    }
+
     /// The row as one JSON object on one line.
     pub fn json(&self) -> String {
         let mut o = JsonObject::default();
+        o.str("kind", "row");
         o.str("kernel", &self.kernel);
         o.str("isa", &self.isa);
         o.str("dtype", &self.dtype);
@@ -102,6 +121,8 @@ impl Row {
         o.num("max_ulp", self.max_ulp.map(|u| u as f64));
         o.num("max_rel_err", self.max_rel_err);
         o.opt_bool("within_bound", self.within_bound);
+        o.num("bound_fraction", self.bound_fraction);
+        o.opt_str("input", self.input.as_deref());
         o.num("vs_scalar", self.vs_scalar);
         o.num("vs_plain", self.vs_plain);
         o.num("vs_gemm", self.vs("gemm"));
@@ -118,25 +139,38 @@ impl Row {
     }
 }
 
+/// The names in [`Row::vs`] of unfused compositions, in order of preference: the gemm crate
+/// around this crate's pieces (attention, GAU), a plain add loop then this crate's
+/// `layer_norm` (Add & LayerNorm).
+pub const UNFUSED: [&str; 2] = ["gemm", "add+ln"];
+
 /// A JSON object written by hand: strings escaped, non-finite and absent numbers as `null`.
 #[derive(Default)]
-struct JsonObject {
+pub struct JsonObject {
     out: String,
 }
 
 impl JsonObject {
+    /// A nested value written as JSON already (an object or an array).
+    pub fn raw(&mut self, key: &str, json: &str) {
+        self.key(key);
+        self.out.push_str(json);
+    }
+
     fn key(&mut self, key: &str) {
         self.out.push(if self.out.is_empty() { '{' } else { ',' });
         push_json_string(&mut self.out, key);
         self.out.push(':');
     }
 
-    fn str(&mut self, key: &str, v: &str) {
+    /// A string.
+    pub fn str(&mut self, key: &str, v: &str) {
         self.key(key);
         push_json_string(&mut self.out, v);
     }
 
-    fn opt_str(&mut self, key: &str, v: Option<&str>) {
+    /// A string or `null`.
+    pub fn opt_str(&mut self, key: &str, v: Option<&str>) {
         match v {
             Some(v) => self.str(key, v),
             None => {
@@ -146,7 +180,8 @@ impl JsonObject {
         }
     }
 
-    fn opt_bool(&mut self, key: &str, v: Option<bool>) {
+    /// A boolean or `null`.
+    pub fn opt_bool(&mut self, key: &str, v: Option<bool>) {
         self.key(key);
         self.out.push_str(match v {
             Some(true) => "true",
@@ -155,7 +190,8 @@ impl JsonObject {
         });
     }
 
-    fn num(&mut self, key: &str, v: Option<f64>) {
+    /// A number, or `null` where absent or not finite.
+    pub fn num(&mut self, key: &str, v: Option<f64>) {
         self.key(key);
         match v {
             // Integers print without a fraction; others with enough digits to round-trip.
@@ -178,7 +214,8 @@ impl JsonObject {
         self.out.push_str(&inner.finish());
     }
 
-    fn finish(mut self) -> String {
+    /// The object's text.
+    pub fn finish(mut self) -> String {
         if self.out.is_empty() {
             self.out.push('{');
         }
@@ -204,89 +241,102 @@ fn push_json_string(out: &mut String, s: &str) {
 }
 
 /// The table's columns: title, width, right-aligned.
-const COLUMNS: [(&str, usize, bool); 17] = [
+const COLUMNS: [(&str, usize, bool); 15] = [
     ("kernel", 11, false),
     ("isa", 6, false),
     ("type", 4, false),
-    ("shape", 22, false),
-    ("GB/s", 7, true),
+    ("shape", 20, false),
+    ("GB/s", 6, true),
     ("Gelem/s", 7, true),
     ("GFLOP/s", 7, true),
     ("time", 8, true),
-    ("max_ulp", 7, true),
-    ("max_rel", 7, true),
+    ("err/bnd", 7, true),
     ("xscalar", 7, true),
     ("xplain", 6, true),
-    ("xgemm", 5, true),
-    ("xmm", 5, true),
+    ("xunfused", 8, true),
     ("roofline", 30, false),
     ("xroof", 5, true),
     ("iqr", 4, true),
 ];
 
-fn line(cells: &[String]) -> String {
+/// Cells of a table, each padded to its column (the last one not).
+pub fn cells(cells: &[String], columns: &[(&str, usize, bool)]) -> String {
     let mut s = String::new();
-    for (cell, &(_, width, right)) in cells.iter().zip(&COLUMNS) {
+    for (cell, &(_, width, right)) in cells.iter().zip(columns) {
+        // Width in characters, not bytes: ✓, ×, ÷ are one column each.
+        let pad = " ".repeat(width.saturating_sub(cell.chars().count()));
         if right {
-            let _ = write!(s, "{cell:>width$}  ");
+            let _ = write!(s, "{pad}{cell}  ");
         } else {
-            let _ = write!(s, "{cell:<width$}  ");
+            let _ = write!(s, "{cell}{pad}  ");
         }
     }
     s.trim_end().to_string()
 }
 
-/// The column titles and a rule under them.
-pub fn table_header() -> String {
-    let titles: Vec<String> = COLUMNS.iter().map(|c| c.0.to_string()).collect();
-    let head = line(&titles);
-    let rule = "-".repeat(head.len());
+/// The titles of `columns` and a rule under them.
+pub fn header(columns: &[(&str, usize, bool)]) -> String {
+    let titles: Vec<String> = columns.iter().map(|c| c.0.to_string()).collect();
+    let head = cells(&titles, columns);
+    let rule = "-".repeat(head.chars().count());
     format!("{head}\n{rule}")
+}
+
+/// The column titles of the rows' table and a rule under them.
+pub fn table_header() -> String {
+    header(&COLUMNS)
+}
+
+/// A fraction of the error bound as printed: `0` for exact, `<0.01`, two digits, `!` past 1.
+pub fn fraction(f: Option<f64>) -> String {
+    match f {
+        None => "-".to_string(),
+        Some(0.0) => "0".to_string(),
+        Some(f) if f < 0.01 => "<0.01".to_string(),
+        Some(f) if f <= 1.0 => format!("{f:.2}"),
+        Some(f) if f.is_finite() && f < 1e4 => format!("{f:.2}!"),
+        Some(f) if f.is_finite() => format!("{f:.0e}!"),
+        Some(_) => "inf!".to_string(),
+    }
 }
 
 /// The row as a line of the table.
 pub fn table_line(r: &Row) -> String {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-    let ulp = match r.max_ulp {
-        None => "-".to_string(),
-        Some(u64::MAX) => "NaN!".to_string(),
-        Some(u) if u >= 10_000_000 => format!("{u:.1e}"),
-        Some(u) => u.to_string(),
-    };
-    let mut rel = r.max_rel_err.map_or("-".to_string(), |e| {
-        if e == 0.0 {
-            "0".to_string()
-        } else {
-            format!("{e:.0e}")
-        }
-    });
-    if r.within_bound == Some(false) {
-        rel.push('!');
-    }
     let roofline = match (&r.roofline, &r.method) {
         (Some(name), _) => name.clone(),
         (None, Some(method)) => format!("[{method}]"),
         (None, None) => "-".to_string(),
     };
-    line(&[
-        r.kernel.clone(),
-        r.isa.clone(),
-        r.dtype.clone(),
-        r.shape.clone(),
-        f(r.gb_per_s(), 1),
-        f(r.gelem_per_s(), 3),
-        f(r.gflop_per_s(), 1),
-        duration(r.ns_per_iter),
-        ulp,
-        rel,
-        f(r.vs_scalar, 2),
-        f(r.vs_plain, 1),
-        f(r.vs("gemm"), 2),
-        f(r.vs("matrixmultiply"), 2),
-        roofline,
-        f(r.roofline_ratio, 2),
-        format!("{:.0}%", r.rel_iqr * 100.0),
-    ])
+    // Plain Rust is not held to the kernel's bound: no "!" on its row.
+    let mut err = fraction(r.bound_fraction);
+    if !r.is_kernel() {
+        err = err.trim_end_matches('!').to_string();
+    }
+    let shape = match &r.input {
+        Some(_) => format!("{} hard", r.shape),
+        None => r.shape.clone(),
+    };
+    cells(
+        &[
+            r.kernel.clone(),
+            r.isa.clone(),
+            r.dtype.clone(),
+            shape,
+            f(r.gb_per_s(), 1),
+            f(r.gelem_per_s(), 3),
+            f(r.gflop_per_s(), 1),
+            duration(r.ns_per_iter),
+            err,
+            f(r.vs_scalar, 2),
+            f(r.vs_plain, 1),
+            f(r.vs_unfused(), 2),
+            roofline,
+            f(r.roofline_ratio, 2),
+            format!("{:.0}%", r.rel_iqr * 100.0),
+        ],
+        &COLUMNS,
+    )
 }
 
 /// A time with a readable unit.
@@ -343,10 +393,12 @@ mod tests {
             "gelem_per_s",
             "vs_gemm",
             "within_bound",
+            "bound_fraction",
+            "input",
         ] {
             assert!(j.contains(&format!("\"{key}\":")), "{key} missing in {j}");
         }
-        assert!(j.starts_with("{\"kernel\":\"soft\\\"max\","), "{j}");
+        assert!(j.starts_with("{\"kind\":\"row\",\"kernel\":\"soft\\\"max\","), "{j}");
         assert!(j.contains("\"gb_per_s\":2,"), "{j}");
         assert!(j.contains("\"gflop_per_s\":null"), "{j}");
         assert!(j.contains("\"max_rel_err\":1.5e-7"), "{j}");

@@ -6,12 +6,12 @@
 //! exponents then span [−20, 0]); exp's inputs are uniform in [−80, 80) (normal results).
 
 use kernels::half::{bf16, f16};
-use kernels::{Element, Kernels, SoftmaxOptions};
+use kernels::{Kernels, SoftmaxOptions};
 use reference::MaskedRows;
 
 use super::case::{Case, Rule};
-use super::output::Row;
-use super::{no_custom, Family, Plan};
+use super::{no_custom, Family, Headline, Plan};
+use crate::storage::{self, Typed};
 use crate::{data, plain};
 
 /// The kernels of this module, for the registry of the report.
@@ -19,12 +19,16 @@ pub const FAMILY: Family = Family {
     kernels: &["softmax", "log_softmax", "exp"],
     cases,
     custom: no_custom,
-    issue: 2,
-    goals,
+    headlines: &[
+        Headline::elements("softmax", "4096x1024"),
+        Headline::elements("log_softmax", "4096x1024"),
+        Headline::elements("exp", "4194304"),
+    ],
 };
 
 /// `(rows, n)`: in cache (128 KiB working set), then beyond L2 (32 MiB working set).
 const ROWS: [(usize, usize); 5] = [(128, 128), (16, 1024), (4, 4096), (4096, 1024), (1024, 4096)];
+const ROWS_DEFAULT: [(usize, usize); 2] = [(128, 128), (4096, 1024)];
 const ROWS_QUICK: [(usize, usize); 3] = [(128, 128), (4, 4096), (4096, 1024)];
 const LOG_ROWS_QUICK: [(usize, usize); 2] = [(16, 1024), (4096, 1024)];
 /// exp lengths: in cache, beyond L2.
@@ -32,27 +36,27 @@ const EXP_LENS: [usize; 2] = [16 * 1024, 4 * 1024 * 1024];
 
 fn cases(plan: &Plan) -> Vec<Case> {
     let mut cases = Vec::new();
-    for &(rows, n) in plan.pick(&ROWS, &ROWS_QUICK) {
+    for &(rows, n) in plan.pick(&ROWS, &ROWS_DEFAULT, &ROWS_QUICK) {
         cases.push(softmax(rows, n));
     }
-    for &(rows, n) in plan.pick(&ROWS, &LOG_ROWS_QUICK) {
+    for &(rows, n) in plan.pick(&ROWS, &ROWS_DEFAULT, &LOG_ROWS_QUICK) {
         cases.push(log_softmax(rows, n));
     }
     for &len in &EXP_LENS {
         cases.push(exp(len));
     }
-    // Issue 7: the same kernels over f16 and bf16 tensors.
-    for &(rows, n) in plan.pick(&HALF_ROWS, &HALF_ROWS_QUICK) {
+    // The same kernels over f16 and bf16 tensors.
+    for &(rows, n) in plan.pick(&HALF_ROWS, &HALF_ROWS_QUICK, &HALF_ROWS_QUICK) {
         cases.push(softmax_as::<f16>(rows, n));
         cases.push(softmax_as::<bf16>(rows, n));
     }
-    for &(rows, n) in plan.pick(&HALF_LOG_ROWS, &[]) {
+    for &(rows, n) in plan.pick(&HALF_LOG_ROWS, &[], &[]) {
         cases.push(log_softmax_as::<f16>(rows, n));
         cases.push(log_softmax_as::<bf16>(rows, n));
     }
-    if !plan.quick {
-        cases.push(exp_as::<f16>(EXP_LENS[1]));
-        cases.push(exp_as::<bf16>(EXP_LENS[1]));
+    for &len in plan.pick(&EXP_LENS[1..], &[], &[]) {
+        cases.push(exp_as::<f16>(len));
+        cases.push(exp_as::<bf16>(len));
     }
     cases
 }
@@ -63,7 +67,15 @@ const HALF_ROWS: [(usize, usize); 3] = [(16, 1024), (4096, 1024), (1024, 4096)];
 const HALF_ROWS_QUICK: [(usize, usize); 1] = [(4096, 1024)];
 const HALF_LOG_ROWS: [(usize, usize); 1] = [(4096, 1024)];
 
-fn softmax_as<E: Element>(rows: usize, n: usize) -> Case {
+/// The fraction of the bound of a softmax (or log-softmax) output, with the report's options.
+fn softmax_bound<E: Typed>(len: usize, n: usize, log: bool) -> impl Fn(&[f32], &[f32]) -> f64 {
+    move |x, y| {
+        let (x, y) = (storage::view::<E>(x, len), storage::view::<E>(y, len));
+        reference::fraction::softmax(x, n, 1.0, None, MaskedRows::Zero, log, y)
+    }
+}
+
+fn softmax_as<E: Typed>(rows: usize, n: usize) -> Case {
     Case::elementwise_as::<E>(
         "softmax",
         format!("{rows}x{n}"),
@@ -73,9 +85,10 @@ fn softmax_as<E: Element>(rows: usize, n: usize) -> Case {
         move |x, y| plain::softmax(x, y, n),
         move |x| reference::softmax(x, n, 1.0, None, MaskedRows::Zero),
     )
+    .with_bound(softmax_bound::<E>(rows * n, n, false))
 }
 
-fn exp_as<E: Element>(len: usize) -> Case {
+fn exp_as<E: Typed>(len: usize) -> Case {
     Case::elementwise_as::<E>(
         "exp",
         len.to_string(),
@@ -86,9 +99,10 @@ fn exp_as<E: Element>(len: usize) -> Case {
         plain::exp,
         reference::exp,
     )
+    .with_bound(move |x, y| reference::fraction::exp(storage::view::<E>(x, len), storage::view::<E>(y, len)))
 }
 
-fn log_softmax_as<E: Element>(rows: usize, n: usize) -> Case {
+fn log_softmax_as<E: Typed>(rows: usize, n: usize) -> Case {
     Case::elementwise_as::<E>(
         "log_softmax",
         format!("{rows}x{n}"),
@@ -98,6 +112,7 @@ fn log_softmax_as<E: Element>(rows: usize, n: usize) -> Case {
         move |x, y| plain::log_softmax(x, y, n),
         move |x| reference::log_softmax(x, n, 1.0, None, MaskedRows::Zero),
     )
+    .with_bound(softmax_bound::<E>(rows * n, n, true))
 }
 
 fn logits(len: usize) -> Vec<f32> {
@@ -133,98 +148,6 @@ fn exp(len: usize) -> Case {
             plain::exp,
             reference::exp,
         )
+        .with_bound(reference::fraction::exp)
     }
-}
-
-/// The goals of issue 2 as read from the rows (shared/PERF.md explains them).
-fn goals(rows: &[Row]) -> Vec<String> {
-    let mut out = Vec::new();
-    let held_against = |r: &Row, prefix: &str| r.roofline.as_deref().is_some_and(|n| n.starts_with(prefix));
-    for kernel in ["softmax", "log_softmax"] {
-        let of = |isa: &'static str| {
-            rows.iter()
-                .filter(move |r| r.kernel == kernel && r.isa == isa && r.dtype == "f32")
-        };
-        for isa in ["avx2", "avx512", "neon"] {
-            let list = |f: &dyn Fn(&Row) -> Option<String>| of(isa).filter_map(f).collect::<Vec<_>>().join(", ");
-            let vs_exp = list(&|r| {
-                held_against(r, "exp(")
-                    .then_some(r.roofline_ratio?)
-                    .map(|q| format!("{} {:.2}x", r.shape, 1.0 / q))
-            });
-            let vs_copy = list(&|r| {
-                held_against(r, "copy(")
-                    .then_some(r.roofline_ratio?)
-                    .map(|q| format!("{} {:.2}", r.shape, q))
-            });
-            let vs_plain = list(&|r| r.vs_plain.map(|q| format!("{} {:.1}x", r.shape, q)));
-            if !vs_exp.is_empty() {
-                out.push(format!(
-                    "{kernel} {isa}: time per element / bare exp (goal <= 1.5x): {vs_exp}"
-                ));
-            }
-            if !vs_copy.is_empty() {
-                out.push(format!(
-                    "{kernel} {isa}: fraction of copy roofline (goal >= 0.85): {vs_copy}"
-                ));
-            }
-            if !vs_plain.is_empty() {
-                out.push(format!(
-                    "{kernel} {isa}: speedup over plain Rust (goal >= 8x): {vs_plain}"
-                ));
-            }
-        }
-        let wide: Vec<String> = of("avx512")
-            .filter(|r| held_against(r, "exp("))
-            .filter_map(|r| {
-                let q = r.vs_isa.iter().find(|(isa, _)| isa == "avx2")?.1;
-                Some(format!("{} {q:.2}x", r.shape))
-            })
-            .collect();
-        if !wide.is_empty() {
-            out.push(format!(
-                "{kernel}: avx512 / avx2 speed in cache (goal >= 1.6x): {}",
-                wide.join(", ")
-            ));
-        }
-    }
-    out.extend(half_goals(rows, &["softmax", "log_softmax", "exp"]));
-    out
-}
-
-/// The goals of issue 7 for memory-bound kernels, beyond L2: a half-typed row's elements/s
-/// against the f32 row of the same kernel, ISA and shape (goal ≥ 1.6×), and its fraction of
-/// the copy of its own bytes (goal ≥ 0.8).
-pub fn half_goals(rows: &[Row], kernels: &[&str]) -> Vec<String> {
-    let mut out = Vec::new();
-    for &kernel in kernels {
-        for dtype in ["f16", "bf16"] {
-            for isa in ["avx2", "avx512", "neon"] {
-                let figures: Vec<String> = rows
-                    .iter()
-                    .filter(|r| r.kernel == kernel && r.isa == isa && r.dtype == dtype)
-                    .filter(|r| r.roofline.as_deref().is_some_and(|n| n.starts_with("copy(")))
-                    .filter(|r| r.bytes.unwrap_or(0.0) > (1 << 22) as f64)
-                    .filter_map(|r| {
-                        let f32_row = rows
-                            .iter()
-                            .find(|o| o.kernel == kernel && o.isa == isa && o.dtype == "f32" && o.shape == r.shape)?;
-                        Some(format!(
-                            "{} {:.2}x f32, {:.2} of copy",
-                            r.shape,
-                            f32_row.ns_per_iter / r.ns_per_iter,
-                            r.roofline_ratio?
-                        ))
-                    })
-                    .collect();
-                if !figures.is_empty() {
-                    out.push(format!(
-                        "{kernel} {dtype} {isa} beyond L2 (issue 7 goals >= 1.6x f32, >= 0.8 of copy): {}",
-                        figures.join(", ")
-                    ));
-                }
-            }
-        }
-    }
-    out
 }
