@@ -80,10 +80,8 @@ fn bench(g: &mut BenchmarkGroup<'_, WallTime>, imp: Impl, len: usize, realformer
             // Valid shapes by construction; a failure would be a bug.
             match (imp, composition.as_mut()) {
                 (Impl::Fused(kernels), _) => {
-                    let opts = AttentionOptions {
-                        prev_scores: p,
-                        ..AttentionOptions::default()
-                    };
+                    let mut opts = AttentionOptions::default();
+                    opts.prev_scores = p;
                     kernels
                         .attention(&shape, q, k, v, o, s, &opts, &mut workspace)
                         .expect("attention of a valid shape");

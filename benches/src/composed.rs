@@ -400,12 +400,9 @@ mod tests {
                     (false, false, true),
                     (true, true, true),
                 ] {
-                    let opts = AttentionOptions {
-                        prev_scores: prev.then_some(&p[..]),
-                        causal,
-                        key_lengths: padded.then_some(&lens[..]),
-                        ..AttentionOptions::default()
-                    };
+                    let mut opts = AttentionOptions::default().causal(causal);
+                    opts.prev_scores = prev.then_some(&p[..]);
+                    opts.key_lengths = padded.then_some(&lens[..]);
                     let ropts = reference::AttentionOptions {
                         prev_scores: opts.prev_scores,
                         causal,

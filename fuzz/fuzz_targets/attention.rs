@@ -50,25 +50,25 @@ fuzz_target!(|input: Input| {
     let vv = take(v, shape.batch * shape.kv_heads * shape.kv_len * shape.value_dim, 13);
     let prev = input.prev.then(|| take(v, n_scores, 29));
     let mask = input.mask.as_ref().map(|(kind, bits)| {
-        let (mshape, len) = match kind % 3 {
+        let (mshape, len) = match kind % 4 {
             0 => (MaskShape::Shared, shape.q_len * shape.kv_len),
             1 => (MaskShape::PerBatch, shape.batch * shape.q_len * shape.kv_len),
+            2 => (MaskShape::KeyPadding, shape.batch * shape.kv_len),
             _ => (MaskShape::PerHead, n_scores),
         };
         (take(bits, len, 0), mshape)
     });
     let lens: Option<Vec<usize>> =
         input.key_lengths.as_ref().map(|l| (0..shape.batch).map(|i| l.get(i).map_or(0, |&x| x as usize % (shape.kv_len + 1))).collect());
-    let opts = AttentionOptions {
-        scale: input.scale_bits.map(f32::from_bits),
-        mask: mask.as_ref().map(|(values, shape)| AdditiveMask { values, shape: *shape }),
-        key_lengths: lens.as_deref(),
-        causal: input.causal,
-        prev_scores: prev.as_deref(),
-        running_mean_layer: input.running_mean_layer.map(u32::from),
-        carried: if input.carry_masked { CarriedScores::Masked } else { CarriedScores::Raw },
-        masked_rows: if input.nan_policy { MaskedRows::Nan } else { MaskedRows::Zero },
-    };
+    let mut opts = AttentionOptions::default()
+        .causal(input.causal)
+        .carried(if input.carry_masked { CarriedScores::Masked } else { CarriedScores::Raw })
+        .masked_rows(if input.nan_policy { MaskedRows::Nan } else { MaskedRows::Zero });
+    opts.scale = input.scale_bits.map(f32::from_bits);
+    opts.mask = mask.as_ref().map(|(values, shape)| AdditiveMask { values, shape: *shape });
+    opts.key_lengths = lens.as_deref();
+    opts.prev_scores = prev.as_deref();
+    opts.running_mean_layer = input.running_mean_layer.map(u32::from);
     let out_len = shape.batch * shape.heads * shape.q_len * shape.value_dim;
     // A perturbed output length must be refused.
     let skew = (input.skew % 3) as usize;
@@ -101,6 +101,8 @@ fuzz_target!(|input: Input| {
                     MaskShape::Shared => reference::MaskShape::Shared,
                     MaskShape::PerBatch => reference::MaskShape::PerBatch,
                     MaskShape::PerHead => reference::MaskShape::PerHead,
+                    MaskShape::KeyPadding => reference::MaskShape::KeyPadding,
+                    _ => unreachable!("a mask shape the oracle does not know"),
                 };
                 (m.as_slice(), s)
             }),

@@ -164,7 +164,7 @@ fn run<E: Half>(input: &Input) {
                 let q: Vec<E> = (0..lq * n).map(value).collect();
                 let widen = |v: &[E]| -> Vec<f32> { v.iter().map(|e| <E as Element>::to_f32(*e)).collect() };
                 let (qw, kw) = (widen(&q), widen(&kv));
-                let opts = AttentionOptions { scale: Some(scale), ..Default::default() };
+                let opts = AttentionOptions::default().scale(scale);
                 let mut out = vec![<E as Element>::from_f32(0.0); lq * n];
                 let mut out_w = vec![0.0f32; lq * n];
                 let mut ws = AttentionWorkspace::new();

@@ -128,19 +128,21 @@ pub(crate) unsafe fn pack_b<S: Simd>(s: S, b: *const f32, ldb: usize, k: usize, 
     }
 }
 
-/// Packs the rows `0..count` of row-major `bt[n, k]` (the transpose of `B[k, n]`, e.g. keys
-/// for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels. The
+/// Packs the rows `0..count` of `bt[n, k]` (rows `ld ≥ k` elements apart; the transpose of
+/// `B[k, n]`, e.g. keys for `Q·Kᵀ`) into panels `[panel][k][nr]`, zero past `count`, for `panels` panels. The
 /// source may be stored as any [`Element`]: each value is widened exactly as it is packed
 /// (half-typed rows with the ISA's conversions, a chunk at a time through a stack buffer).
 /// f32 rows go `LANES` keys by `LANES` columns at a time through [`Simd::transpose`].
 ///
 /// # Safety
-/// `bt` holds `count` rows of `k` elements; `dst` holds `panels·nr·k` floats; `nr` is a
-/// multiple of `LANES`.
+/// `bt` holds `count` rows of `k` elements, `ld ≥ k` apart; `dst` holds `panels·nr·k` floats;
+/// `nr` is a multiple of `LANES`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn pack_bt<S: Simd, E: Element>(
     s: S,
     bt: *const E,
+    ld: usize,
     dst: *mut f32,
     count: usize,
     panels: usize,
@@ -153,24 +155,24 @@ pub(crate) unsafe fn pack_bt<S: Simd, E: Element>(
         for g in (0..nr).step_by(lanes) {
             let j = p * nr + g;
             if E::IS_F32 && j + lanes <= count {
-                let rows = bt.wrapping_add(j * k).cast::<f32>();
+                let rows = bt.wrapping_add(j * ld).cast::<f32>();
                 let mut kk = 0;
                 while kk + lanes <= k {
                     // SAFETY: keys `j..j + LANES ≤ count`, columns `kk..kk + LANES ≤ k`; the
                     // block lands in rows `kk..` and columns `g..g + LANES ≤ nr` of panel `p`.
-                    unsafe { s.transpose(rows.add(kk), k, panel.add(kk * nr + g), nr) };
+                    unsafe { s.transpose(rows.add(kk), ld, panel.add(kk * nr + g), nr) };
                     kk += lanes;
                 }
                 for jj in g..g + lanes {
                     // SAFETY: as above, for the columns `kk..k` left.
-                    unsafe { pack_key(s, rows.add((jj - g) * k).cast::<E>(), panel.add(jj), kk, k, nr) };
+                    unsafe { pack_key(s, rows.add((jj - g) * ld).cast::<E>(), panel.add(jj), kk, k, nr) };
                 }
             } else {
                 for jj in g..g + lanes {
                     if p * nr + jj < count {
                         // SAFETY: row `p·nr + jj < count` is read; column `jj` of the panel
                         // is written.
-                        unsafe { pack_key(s, bt.add((p * nr + jj) * k), panel.add(jj), 0, k, nr) };
+                        unsafe { pack_key(s, bt.add((p * nr + jj) * ld), panel.add(jj), 0, k, nr) };
                     } else {
                         for kk in 0..k {
                             // SAFETY: inside panel `p`.

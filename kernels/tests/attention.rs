@@ -5,8 +5,8 @@ mod common;
 use common::{all_kernels, same, to_half};
 use kernels::half::{bf16, f16};
 use kernels::{
-    AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Element, Error, Kernels,
-    MaskShape, MaskedRows,
+    AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Element, Error,
+    Kernels, Layout, MaskShape, MaskedRows,
 };
 use proptest::prelude::*;
 
@@ -30,19 +30,19 @@ struct Case {
 
 impl Case {
     fn opts(&self) -> AttentionOptions<'_> {
-        AttentionOptions {
-            scale: self.scale,
-            mask: self
-                .mask
-                .as_ref()
-                .map(|(values, shape)| AdditiveMask { values, shape: *shape }),
-            key_lengths: self.key_lengths.as_deref(),
-            causal: self.causal,
-            prev_scores: self.prev.as_deref(),
-            running_mean_layer: self.running_mean_layer,
-            carried: self.carried,
-            masked_rows: self.masked_rows,
-        }
+        let mut opts = AttentionOptions::default()
+            .causal(self.causal)
+            .carried(self.carried)
+            .masked_rows(self.masked_rows);
+        opts.scale = self.scale;
+        opts.mask = self
+            .mask
+            .as_ref()
+            .map(|(values, shape)| AdditiveMask { values, shape: *shape });
+        opts.key_lengths = self.key_lengths.as_deref();
+        opts.prev_scores = self.prev.as_deref();
+        opts.running_mean_layer = self.running_mean_layer;
+        opts
     }
 
     fn ref_opts(&self) -> reference::AttentionOptions<'_> {
@@ -53,6 +53,8 @@ impl Case {
                     MaskShape::Shared => reference::MaskShape::Shared,
                     MaskShape::PerBatch => reference::MaskShape::PerBatch,
                     MaskShape::PerHead => reference::MaskShape::PerHead,
+                    MaskShape::KeyPadding => reference::MaskShape::KeyPadding,
+                    _ => unreachable!("a mask shape the oracle does not know"),
                 };
                 (values.as_slice(), shape)
             }),
@@ -144,7 +146,7 @@ fn case() -> impl Strategy<Value = Case> {
     );
     let flags = (
         any::<bool>(),
-        0u8..4,
+        0u8..5,
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
@@ -164,11 +166,18 @@ fn case() -> impl Strategy<Value = Case> {
                 value_dim,
             };
             let n_scores = batch * shape.heads * q_len * kv_len;
-            let mask_shape = [MaskShape::Shared, MaskShape::PerBatch, MaskShape::PerHead][mask_kind as usize % 3];
+            let mask_shapes = [
+                MaskShape::Shared,
+                MaskShape::PerBatch,
+                MaskShape::PerHead,
+                MaskShape::KeyPadding,
+            ];
+            let mask_shape = mask_shapes[mask_kind as usize % 4];
             let mask_len = match mask_shape {
                 MaskShape::Shared => q_len * kv_len,
                 MaskShape::PerBatch => batch * q_len * kv_len,
-                MaskShape::PerHead => n_scores,
+                MaskShape::KeyPadding => batch * kv_len,
+                _ => n_scores,
             };
             let mask_value = prop_oneof![
                 6 => -2.0f32..2.0,
@@ -193,7 +202,7 @@ fn case() -> impl Strategy<Value = Case> {
                     k,
                     v,
                     scale,
-                    mask: if mask_kind == 3 {
+                    mask: if mask_kind == 4 {
                         None
                     } else {
                         mask.map(|m| (m, mask_shape))
@@ -571,47 +580,29 @@ fn errors_name_the_argument() {
         Some("shape.value_dim")
     );
     let mask = vec![0.0; 15];
-    let opts = AttentionOptions {
-        mask: Some(AdditiveMask {
-            values: &mask,
-            shape: MaskShape::PerBatch,
-        }),
-        ..d
-    };
+    let opts = d.mask(&mask, MaskShape::PerBatch);
     assert_eq!(
         call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).to_string(),
         "`mask`: expected length 30 (B·Lq·Lk for MaskShape::PerBatch), got 15"
     );
     let lens = [5, 6];
-    let opts = AttentionOptions {
-        key_lengths: Some(&lens),
-        ..d
-    };
+    let opts = d.key_lengths(&lens);
     assert_eq!(
         call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).to_string(),
         "`key_lengths`: expected every length ≤ kv_len = 5, got 6 at 1"
     );
-    let opts = AttentionOptions {
-        key_lengths: Some(&lens[..1]),
-        ..d
-    };
+    let opts = d.key_lengths(&lens[..1]);
     assert_eq!(
         call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).arg(),
         Some("key_lengths")
     );
     let prev = vec![0.0; 3];
-    let opts = AttentionOptions {
-        prev_scores: Some(&prev),
-        ..d
-    };
+    let opts = d.prev_scores(&prev);
     assert_eq!(
         call(&shape, &c.q, &c.k, &c.v, &mut out, &opts).arg(),
         Some("prev_scores")
     );
-    let opts = AttentionOptions {
-        scale: Some(f32::NAN),
-        ..d
-    };
+    let opts = d.scale(f32::NAN);
     assert!(matches!(
         call(&shape, &c.q, &c.k, &c.v, &mut out, &opts),
         Error::Param { arg: "scale", .. }
@@ -725,7 +716,7 @@ fn overflowing_dot_product_is_excluded_by_the_bound() {
     }
 }
 
-/// Regression (fuzz, issue 6): the dot product is rounded in the subnormal range *before* it
+/// Regression (found by fuzzing): the dot product is rounded in the subnormal range *before* it
 /// is scaled, so the scale multiplies that absolute error (up to 2⁻¹⁵⁰); the bound's
 /// `λ = max(1, |scale|)` covers it. The fuzzer's case: `Q = K = P = 9.1e−41`, scale
 /// `−8.4·10³⁷` (`Q·K` underflows to 0, worth `−7e−43` once scaled); and a scale of 1000 on a
@@ -860,4 +851,250 @@ fn subnormal_scores_are_within_the_bound() {
                 .unwrap_or_else(|e| panic!("{carried:?}: {e}"));
         }
     }
+}
+
+/// One case run on strided views: `Q`, `K`, `V` gathered into one fused projection
+/// `[B, L, (H + 2·Hkv)·D]` (when `Lq = Lk` and `Dk = Dv`) or each into `[B, L, H, D]` with
+/// `extra` unused columns per token, `O` scattered into `[B, L, H·Dv + extra]`.
+struct Strided {
+    q: Vec<f32>,
+    q_layout: Layout,
+    k: Vec<f32>,
+    k_layout: Layout,
+    v: Vec<f32>,
+    v_layout: Layout,
+    out_layout: Layout,
+    out_len: usize,
+}
+
+/// Writes the contiguous `[B, H, L, D]` tensor `src` into `dst` at `layout`.
+fn scatter(src: &[f32], dims: [usize; 4], layout: Layout, dst: &mut [f32]) {
+    let [b, h, l, d] = dims;
+    for (i, &x) in src.iter().enumerate().take(b * h * l * d) {
+        let (bi, hi, li, di) = (i / (h * l * d), i / (l * d) % h, i / d % l, i % d);
+        dst[layout.offset + bi * layout.batch + hi * layout.head + li * layout.row + di] = x;
+    }
+}
+
+/// Reads the contiguous `[B, H, L, D]` tensor at `layout` out of `src`.
+fn gather(src: &[f32], dims: [usize; 4], layout: Layout) -> Vec<f32> {
+    let [b, h, l, d] = dims;
+    (0..b * h * l * d)
+        .map(|i| {
+            let (bi, hi, li, di) = (i / (h * l * d), i / (l * d) % h, i / d % l, i % d);
+            src[layout.offset + bi * layout.batch + hi * layout.head + li * layout.row + di]
+        })
+        .collect()
+}
+
+fn strided(c: &Case, fused: bool, extra: usize) -> Strided {
+    let s = c.shape;
+    let (qd, kd, vd) = (
+        [s.batch, s.heads, s.q_len, s.head_dim],
+        [s.batch, s.kv_heads, s.kv_len, s.head_dim],
+        [s.batch, s.kv_heads, s.kv_len, s.value_dim],
+    );
+    let out_layout = Layout::tokens_first(s.q_len, s.heads * s.value_dim + extra, extra, s.value_dim);
+    let out_len = s.batch * s.q_len * (s.heads * s.value_dim + extra);
+    if fused {
+        let (hd, kvd) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+        let width = hd + 2 * kvd + extra;
+        let at = |offset| Layout::tokens_first(s.q_len, width, offset, s.head_dim);
+        let (q_layout, k_layout, v_layout) = (at(extra), at(extra + hd), at(extra + hd + kvd));
+        let mut qkv = vec![f32::NAN; s.batch * s.q_len * width];
+        scatter(&c.q, qd, q_layout, &mut qkv);
+        scatter(&c.k, kd, k_layout, &mut qkv);
+        scatter(&c.v, vd, v_layout, &mut qkv);
+        return Strided {
+            q: qkv.clone(),
+            q_layout,
+            k: qkv.clone(),
+            k_layout,
+            v: qkv,
+            v_layout,
+            out_layout,
+            out_len,
+        };
+    }
+    let view = |src: &[f32], [b, h, l, d]: [usize; 4]| {
+        let layout = Layout::tokens_first(l, h * d + extra, extra, d);
+        let mut dst = vec![f32::NAN; b * l * (h * d + extra)];
+        scatter(src, [b, h, l, d], layout, &mut dst);
+        (dst, layout)
+    };
+    let ((q, q_layout), (k, k_layout), (v, v_layout)) = (view(&c.q, qd), view(&c.k, kd), view(&c.v, vd));
+    Strided {
+        q,
+        q_layout,
+        k,
+        k_layout,
+        v,
+        v_layout,
+        out_layout,
+        out_len,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: common::cases(100), ..ProptestConfig::default() })]
+
+    /// Strided views (unused columns filled with NaN) give the contiguous call's output and
+    /// scores bit for bit, and the output's unused columns are left alone.
+    #[test]
+    fn strided_views_are_the_contiguous_call_bit_for_bit(c in case(), extra in 0usize..3, fused_seed in any::<bool>()) {
+        let s = c.shape;
+        let fused = fused_seed && s.q_len == s.kv_len && s.head_dim == s.value_dim;
+        let view = strided(&c, fused, extra);
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            let (want, want_scores) = c.run(&k, &mut ws);
+            let mut out = vec![-7.0f32; view.out_len];
+            let mut scores = c.want_scores.then(|| vec![f32::NAN; c.n_scores()]);
+            let args = AttentionArgs {
+                shape: s,
+                q: &view.q,
+                q_layout: view.q_layout,
+                k: &view.k,
+                k_layout: view.k_layout,
+                v: &view.v,
+                v_layout: view.v_layout,
+                out: &mut out,
+                out_layout: view.out_layout,
+                scores: scores.as_deref_mut(),
+                options: c.opts(),
+            };
+            k.attention_args(args, &mut ws).unwrap();
+            let od = [s.batch, s.heads, s.q_len, s.value_dim];
+            let got = gather(&out, od, view.out_layout);
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                prop_assert!(same(g, w), "{}: out[{i}] = {g:e}, contiguous {w:e}", k.isa());
+            }
+            let mut untouched = vec![-7.0f32; view.out_len];
+            scatter(&want, od, view.out_layout, &mut untouched);
+            prop_assert!(out.iter().zip(&untouched).all(|(&a, &b)| same(a, b)), "{}: wrote outside O", k.isa());
+            if let (Some(got), Some(want)) = (&scores, &want_scores) {
+                prop_assert!(got.iter().zip(want).all(|(&a, &b)| same(a, b)), "{}: scores differ", k.isa());
+            }
+        }
+    }
+
+    /// A key-padding mask `[B, Lk]` is the per-batch mask `[B, 1, Lq, Lk]` that repeats it
+    /// over the queries, bit for bit.
+    #[test]
+    fn key_padding_mask_is_the_broadcast_per_batch_mask(c in case(), seed in any::<u64>()) {
+        let s = c.shape;
+        let pad: Vec<f32> = random(s.batch * s.kv_len, seed)
+            .into_iter()
+            .map(|x| if x > 0.5 { f32::NEG_INFINITY } else { x })
+            .collect();
+        let per_batch: Vec<f32> = (0..s.batch * s.q_len * s.kv_len)
+            .map(|i| pad[i / (s.q_len * s.kv_len) * s.kv_len + i % s.kv_len])
+            .collect();
+        let with = |mask: Vec<f32>, shape| Case { mask: Some((mask, shape)), ..c.clone() };
+        let (padded, broadcast) = (with(pad, MaskShape::KeyPadding), with(per_batch, MaskShape::PerBatch));
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            let (out, scores) = padded.run(&k, &mut ws);
+            let (want, want_scores) = broadcast.run(&k, &mut ws);
+            prop_assert!(out.iter().zip(&want).all(|(&a, &b)| same(a, b)), "{}: outputs differ", k.isa());
+            prop_assert!(scores.iter().flatten().zip(want_scores.iter().flatten()).all(|(&a, &b)| same(a, b)));
+            padded.check(&k, &out, scores.as_deref())?;
+        }
+    }
+}
+
+/// Heads of 32 (MiniLM's) through a fused QKV projection, against the oracle on every ISA.
+#[test]
+fn heads_of_32_on_a_fused_projection_match_the_oracle() {
+    let shape = AttentionShape::self_attention(2, 12, 37, 32);
+    let mut c = plain_case(shape, 32);
+    c.mask = Some((
+        (0..2 * 37)
+            .map(|i| {
+                if i % 37 >= 30 && i >= 37 {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
+        MaskShape::KeyPadding,
+    ));
+    let view = strided(&c, true, 0);
+    let mut ws = AttentionWorkspace::new();
+    for k in all_kernels() {
+        let mut out = vec![f32::NAN; view.out_len];
+        let args = AttentionArgs {
+            shape,
+            q: &view.q,
+            q_layout: view.q_layout,
+            k: &view.k,
+            k_layout: view.k_layout,
+            v: &view.v,
+            v_layout: view.v_layout,
+            out: &mut out,
+            out_layout: view.out_layout,
+            scores: None,
+            options: c.opts(),
+        };
+        k.attention_args(args, &mut ws).unwrap();
+        let got = gather(&out, [2, 12, 37, 32], view.out_layout);
+        c.check(&k, &got, None).unwrap();
+    }
+}
+
+#[test]
+fn layouts_are_checked_before_anything_runs() {
+    let shape = AttentionShape::self_attention(2, 3, 4, 8);
+    let (l, h, d) = (4, 3, 8);
+    let qkv = vec![0.5f32; 2 * l * 3 * h * d];
+    let at = |block| Layout::tokens_first(l, 3 * h * d, block * h * d, d);
+    let call = |q_layout: Layout, out_layout: Layout, out_len: usize| {
+        let mut out = vec![0.0f32; out_len];
+        let args = AttentionArgs {
+            shape,
+            q: &qkv,
+            q_layout,
+            k: &qkv,
+            k_layout: at(1),
+            v: &qkv,
+            v_layout: at(2),
+            out: &mut out,
+            out_layout,
+            scores: None,
+            options: AttentionOptions::default(),
+        };
+        Kernels::best()
+            .attention_args(args, &mut AttentionWorkspace::new())
+            .unwrap_err()
+            .to_string()
+    };
+    let out = Layout::tokens_first(l, h * d, 0, d);
+    // Q's block starts past the end of the projection.
+    let msg = call(at(3), out, 2 * l * h * d);
+    assert!(
+        msg.starts_with("`q`: expected a slice holding every element of [2, 3, 4, 8]"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("got length 576"), "{msg}");
+    // An output one element short.
+    let msg = call(at(0), out, 2 * l * h * d - 1);
+    assert!(
+        msg.starts_with("`out`: expected a slice holding every element"),
+        "{msg}"
+    );
+    // Heads written over each other.
+    let overlapping = Layout { head: d / 2, ..out };
+    let msg = call(at(0), overlapping, 2 * l * h * d);
+    assert!(
+        msg.starts_with("`out_layout`: expected strides that place every element"),
+        "{msg}"
+    );
+    // Strides near usize::MAX do not wrap around.
+    let huge = Layout {
+        batch: usize::MAX / 2,
+        ..out
+    };
+    let msg = call(at(0), huge, 2 * l * h * d);
+    assert!(msg.starts_with("`out`: expected a slice holding"), "{msg}");
 }

@@ -172,10 +172,7 @@ fn every_kernel(via: Via, rng: &mut Rng, attn_ws: &mut AttentionWorkspace, gau_w
     let v = rng.vec(shape.batch * shape.kv_heads * shape.kv_len * shape.value_dim, 1.0);
     let mut out = vec![0.0f32; shape.batch * shape.heads * shape.q_len * shape.value_dim];
     let mut scores = vec![0.0f32; shape.batch * shape.heads * shape.q_len * shape.kv_len];
-    let opts = AttentionOptions {
-        causal: true,
-        ..Default::default()
-    };
+    let opts = AttentionOptions::default().causal(true);
     match via {
         Via::Isa(kern) => kern.attention(&shape, &q, &k, &v, &mut out, Some(&mut scores), &opts, attn_ws),
         Via::Free => kernels::attention(&shape, &q, &k, &v, &mut out, Some(&mut scores), &opts),

@@ -34,6 +34,8 @@ pub enum MaskShape {
     PerBatch,
     /// `[B, H, Lq, Lk]`.
     PerHead,
+    /// `[B, Lk]`, broadcast over H and the queries (a key-padding mask).
+    KeyPadding,
 }
 
 /// The options of an attention call, as the oracle takes them.
@@ -158,6 +160,7 @@ pub fn attention(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32], opts: 
                             MaskShape::Shared => i * kv_len + j,
                             MaskShape::PerBatch => (b * q_len + i) * kv_len + j,
                             MaskShape::PerHead => row + j,
+                            MaskShape::KeyPadding => b * kv_len + j,
                         };
                         mask[at] as f64
                     });

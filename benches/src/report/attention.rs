@@ -110,12 +110,10 @@ impl Variant {
     /// The kernel's options, with `prev` as P and `lens` as the key lengths where the variant
     /// uses them.
     pub fn options<'a>(self, prev: Option<&'a [f32]>, lens: &'a [usize]) -> AttentionOptions<'a> {
-        AttentionOptions {
-            prev_scores: if self == Variant::RealFormer { prev } else { None },
-            causal: self == Variant::Causal,
-            key_lengths: (self == Variant::Padded).then_some(lens),
-            ..AttentionOptions::default()
-        }
+        let mut opts = AttentionOptions::default().causal(self == Variant::Causal);
+        opts.prev_scores = if self == Variant::RealFormer { prev } else { None };
+        opts.key_lengths = (self == Variant::Padded).then_some(lens);
+        opts
     }
 
     /// Visible (query, key) pairs of one head at `Lq = Lk = len`.

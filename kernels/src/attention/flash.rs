@@ -14,6 +14,7 @@
 
 use std::array;
 
+use super::options::Layout;
 use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{assert_tile_fits, pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
@@ -22,11 +23,12 @@ use crate::math::Identity;
 use crate::simd::{Simd, TileOp};
 use crate::softmax::MaskedRows;
 
-/// A validated attention call. Every pointer covers what the dimensions give (`q`
-/// `B·H·Lq·Dk`, `k` `B·Hkv·Lk·Dk`, `v` `B·Hkv·Lk·Dv`, `out` `B·H·Lq·Dv`, `scores` and `prev`
-/// `B·H·Lq·Lk`, the mask its layout by its strides, `key_lengths` `B` entries each ≤ `Lk`);
-/// `out` and `scores` are distinct from the inputs; `H` is a multiple of `Hkv`; the workspace
-/// holds [`workspace_len`] floats.
+/// A validated attention call. `q`, `k`, `v` and `out` hold every element their layouts place
+/// (`Q[B, H, Lq, Dk]`, `K[B, Hkv, Lk, Dk]`, `V[B, Hkv, Lk, Dv]`, `O[B, H, Lq, Dv]`), no two
+/// elements of `O` in the same place; `scores` and `prev` cover `B·H·Lq·Lk`, the mask every
+/// element its strides reach, `key_lengths` `B` entries each ≤ `Lk`; `out` and `scores` are
+/// distinct from the inputs; `H` is a multiple of `Hkv`; the workspace holds
+/// [`workspace_len`] floats.
 #[derive(Clone, Copy)]
 pub(super) struct AttentionCall<E> {
     pub batch: usize,
@@ -37,18 +39,24 @@ pub(super) struct AttentionCall<E> {
     pub head_dim: usize,
     pub value_dim: usize,
     pub q: *const E,
+    pub q_layout: Layout,
     pub k: *const E,
+    pub k_layout: Layout,
     pub v: *const E,
+    pub v_layout: Layout,
     pub out: *mut E,
+    pub out_layout: Layout,
     /// Null when not asked for.
     pub scores: *mut f32,
     /// Null when absent.
     pub prev: *const f32,
     /// Null when absent.
     pub mask: *const f32,
-    /// Elements between the masks of consecutive batches and heads (0 where broadcast).
+    /// Elements between the masks of consecutive batches, heads and query rows (0 where
+    /// broadcast).
     pub mask_batch_stride: usize,
     pub mask_head_stride: usize,
+    pub mask_row_stride: usize,
     /// Null when absent (then every key is valid).
     pub key_lengths: *const usize,
     pub causal: bool,
@@ -113,7 +121,10 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
     } = *c;
     let nr = NV * S::LANES;
     let tiles = kv_len.div_ceil(nr);
-    let dv_pad = dv.div_ceil(nr) * nr;
+    // Value rows are padded to whole vectors only: `p·V` runs a narrower tile on the last
+    // vectors of a row rather than multiply-add zeros (a head of 32 on AVX-512 would waste
+    // half of them in a 64-column tile).
+    let dv_pad = dv.div_ceil(S::LANES) * S::LANES;
     let group = heads / kv_heads;
     // Workspace: K tiles, V rows, the block's output rows and probability tile, then the
     // block's widened queries (used only when `E` is not f32).
@@ -138,14 +149,16 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
             unsafe { *c.key_lengths.add(b) }
         };
         for hk in 0..kv_heads {
-            let bh = b * kv_heads + hk;
             // Scores are asked for everywhere, padding included: pack all keys then.
             let packed = if c.scores.is_null() { valid } else { kv_len };
-            // SAFETY: K and V of `(b, hk)` hold `Lk` rows; the workspace regions hold the
-            // padded tiles (see above).
+            // SAFETY: K and V of `(b, hk)` hold `Lk` rows at their layouts' row strides; the
+            // workspace regions hold the padded tiles (see above).
             unsafe {
-                pack_bt(s, c.k.add(bh * kv_len * dk), kp, packed, tiles, nr, dk);
-                pack_v(s, c.v.add(bh * kv_len * dv), vp, valid, tiles * nr, dv, dv_pad);
+                let (kl, vl) = (c.k_layout, c.v_layout);
+                let k = c.k.add(kl.offset + b * kl.batch + hk * kl.head);
+                pack_bt(s, k, kl.row, kp, packed, tiles, nr, dk);
+                let v = c.v.add(vl.offset + b * vl.batch + hk * vl.head);
+                pack_v(s, v, vl.row, vp, valid, tiles * nr, dv, dv_pad);
             }
             for h in hk * group..(hk + 1) * group {
                 let mut i0 = 0;
@@ -174,15 +187,17 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
     }
 }
 
-/// Copies value rows `0..count` into rows of `dv_pad` floats, zero elsewhere up to `keys`,
-/// widening them to f32 on the way when they are stored as another `E`.
+/// Copies value rows `0..count` (`ldv` elements apart) into rows of `dv_pad` floats, zero
+/// elsewhere up to `keys`, widening them to f32 on the way when they are stored as another `E`.
 ///
 /// # Safety
-/// `v` holds `count` rows of `dv`; `vp` holds `keys·dv_pad` floats.
+/// `v` holds `count` rows of `dv` elements, `ldv` apart; `vp` holds `keys·dv_pad` floats.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn pack_v<S: Simd, E: Element>(
     s: S,
     v: *const E,
+    ldv: usize,
     vp: *mut f32,
     count: usize,
     keys: usize,
@@ -195,9 +210,9 @@ unsafe fn pack_v<S: Simd, E: Element>(
             let dst = std::slice::from_raw_parts_mut(vp.add(j * dv_pad), dv_pad);
             if j < count {
                 if E::IS_F32 {
-                    dst[..dv].copy_from_slice(std::slice::from_raw_parts(v.add(j * dv).cast::<f32>(), dv));
+                    dst[..dv].copy_from_slice(std::slice::from_raw_parts(v.add(j * ldv).cast::<f32>(), dv));
                 } else {
-                    crate::math::map_row(s, v.add(j * dv), dst.as_mut_ptr(), dv, Identity);
+                    crate::math::map_row(s, v.add(j * ldv), dst.as_mut_ptr(), dv, Identity);
                 }
                 dst[dv..].fill(0.0);
             } else {
@@ -231,7 +246,6 @@ impl Block {
     #[inline(always)]
     unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(&self, s: S, c: &AttentionCall<E>) {
         let AttentionCall {
-            heads,
             q_len,
             kv_len,
             head_dim: dk,
@@ -241,11 +255,13 @@ impl Block {
         let lanes = S::LANES;
         let nr = self.nr;
         let neg_inf = s.splat(f32::NEG_INFINITY);
-        let head_row = (self.b * heads + self.h) * q_len;
+        let (ql, ol) = (c.q_layout, c.out_layout);
+        let q_head = ql.offset + self.b * ql.batch + self.h * ql.head;
+        let out_head = ol.offset + self.b * ol.batch + self.h * ol.head;
         // SAFETY: `self.row(r) < Lq`, so each pointer is a row of Q of head `(b, h)`.
         let q_rows: [*const f32; MR] = if E::IS_F32 {
             // f32 queries are read in place.
-            array::from_fn(|r| unsafe { c.q.add((head_row + self.row(r)) * dk).cast::<f32>() })
+            array::from_fn(|r| unsafe { c.q.add(q_head + self.row(r) * ql.row).cast::<f32>() })
         } else {
             // Other storage: widen the block's rows once (`rows·Dk`, against `Lk·Dk` FMAs per
             // row), repeated rows pointing at the last.
@@ -254,7 +270,7 @@ impl Block {
                 unsafe {
                     crate::math::map_row(
                         s,
-                        c.q.add((head_row + self.i0 + r) * dk),
+                        c.q.add(q_head + (self.i0 + r) * ql.row),
                         self.q_wide.add(r * dk),
                         dk,
                         Identity,
@@ -412,7 +428,6 @@ impl Block {
                     ldp,
                     (last_key - j0).min(ldp),
                     self.dv_pad,
-                    dv,
                 )
             };
         }
@@ -420,9 +435,9 @@ impl Block {
         // Normalize and write the block's rows of O.
         for r in 0..self.rows {
             let i = self.row(r);
-            // SAFETY: row `i` of O of head `(b, h)` holds `dv` floats; the output row in the
+            // SAFETY: row `i` of O of head `(b, h)` holds `dv` elements; the output row in the
             // workspace `dv_pad ≥ dv`.
-            let out = unsafe { std::slice::from_raw_parts_mut(c.out.add((head_row + i) * dv), dv) };
+            let out = unsafe { std::slice::from_raw_parts_mut(c.out.add(out_head + i * ol.row), dv) };
             let sum = s.reduce_add(sums[r]);
             if max[r] == f32::NEG_INFINITY && !sum.is_nan() {
                 out.fill(E::from_f32(match c.masked_rows {
@@ -489,7 +504,7 @@ impl Block {
                 // SAFETY: the strides were derived from the mask's validated shape.
                 unsafe {
                     c.mask
-                        .add(self.b * c.mask_batch_stride + self.h * c.mask_head_stride + i * kv_len + j0)
+                        .add(self.b * c.mask_batch_stride + self.h * c.mask_head_stride + i * c.mask_row_stride + j0)
                 }
             };
             for (v, zv) in zr.iter_mut().enumerate() {
@@ -640,11 +655,12 @@ unsafe fn front_tile<S: Simd, const MR: usize, const NV: usize>(
 }
 
 /// `o[r] = alpha[r]·o[r] + Σ_{j < keys} p[r][j]·V[j]` for the `MR` rows of the block (`alpha`
-/// absent: 1), one chunk of `NV` vectors of value columns at a time.
+/// absent: 1), one chunk of `NV` vectors of value columns at a time, and the last `< NV`
+/// vectors of a row in a chunk of their own width.
 ///
 /// # Safety
 /// `p` holds `MR` rows of `ldp` floats, `vp` holds `keys` rows of `dv_pad`, `o` holds `MR`
-/// rows of `dv_pad`; `keys ≤ ldp`, `dv ≤ dv_pad`, and `dv_pad` is a multiple of `NV·LANES`.
+/// rows of `dv_pad`; `keys ≤ ldp`, and `dv_pad` is a multiple of `LANES`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
@@ -656,12 +672,22 @@ unsafe fn pv_tile<S: Simd, const MR: usize, const NV: usize>(
     ldp: usize,
     keys: usize,
     dv_pad: usize,
-    dv: usize,
 ) {
+    // The tail below has arms for up to 3 vectors.
+    const { assert!(NV <= 4) };
+    let chunk = NV * S::LANES;
     let mut c0 = 0;
-    while c0 < dv {
-        // SAFETY: columns `c0..c0 + NV·LANES ≤ dv_pad` of the rows named in the contract.
+    // SAFETY (all calls): columns `c0..c0 + w·LANES ≤ dv_pad` of the rows named in the
+    // contract.
+    while c0 + chunk <= dv_pad {
         unsafe { rank_update::<S, MR, NV>(s, p, ldp, keys, vp.add(c0), dv_pad, o.add(c0), dv_pad, alpha) };
-        c0 += NV * S::LANES;
+        c0 += chunk;
+    }
+    let (v, o) = unsafe { (vp.add(c0), o.add(c0)) };
+    match (dv_pad - c0) / S::LANES {
+        0 => {}
+        1 => unsafe { rank_update::<S, MR, 1>(s, p, ldp, keys, v, dv_pad, o, dv_pad, alpha) },
+        2 => unsafe { rank_update::<S, MR, 2>(s, p, ldp, keys, v, dv_pad, o, dv_pad, alpha) },
+        _ => unsafe { rank_update::<S, MR, 3>(s, p, ldp, keys, v, dv_pad, o, dv_pad, alpha) },
     }
 }

@@ -3,8 +3,12 @@
 //! # Semantics
 //!
 //! Shapes `Q[B,H,Lq,Dk]`, `K[B,Hkv,Lk,Dk]`, `V[B,Hkv,Lk,Dv]`, `O[B,H,Lq,Dv]`, scores
-//! `[B,H,Lq,Lk]`, all row-major. `H` is a multiple of `Hkv`: query head `h` reads key/value
-//! head `h / (H/Hkv)` (multi-query and grouped-query attention).
+//! `[B,H,Lq,Lk]`. `H` is a multiple of `Hkv`: query head `h` reads key/value head
+//! `h / (H/Hkv)` (multi-query and grouped-query attention). [`Kernels::attention`] takes them
+//! row-major; [`Kernels::attention_args`] takes `Q`, `K`, `V` and `O` as views with a
+//! [`Layout`] each (`[B, L, H, D]`, the column blocks of a fused QKV projection), so nothing
+//! is transposed or copied. The mask is `[Lq,Lk]`, `[B,1,Lq,Lk]`, `[B,H,Lq,Lk]` or a key-padding
+//! `[B,Lk]` ([`MaskShape`]).
 //!
 //! ```text
 //! S = scale·Q·Kᵀ + P        scale defaults to 1/√Dk; P = the previous layer's S (optional)
@@ -31,13 +35,10 @@
 //!
 //! # Storage types
 //!
-//! `Q`, `K`, `V` and `O` are stored as any [`Element`] `E` (`f32`, `f16`, `bf16`); the mask,
-//! the previous scores `P` and the scores output stay f32, whatever `E`: they are carried
-//! across layers, where rounding them to half would compound. K and V are widened exactly as
-//! they are packed, Q one block of rows at a time; everything is computed in f32 exactly as
-//! the f32 kernel does, and each element of `O` is rounded once to `E` as it is stored. So a
-//! half output's bound is the f32 bound below plus one rounding to `E`, and the scores output
-//! is the f32 kernel's on the widened inputs.
+//! `Q`, `K`, `V`, `O` are any [`Element`] (`f32`, `f16`, `bf16`); the mask, `P` and the scores
+//! stay f32, as they are carried across layers where half roundings would compound. Inputs are
+//! widened exactly, everything is computed as the f32 kernel does, and each `O` is rounded once
+//! to `E`: a half output's bound is the f32 bound plus one rounding.
 //!
 //! # Error bound
 //!
@@ -67,145 +68,30 @@
 //!
 //! # Algorithm
 //!
-//! FlashAttention-style, one pass over the keys per block of query rows:
-//!
-//! 1. per `(b, kv head)`, K is packed into key tiles laid out `[d][key]` (f32 keys through
-//!    in-register `LANES × LANES` transposes) and V into rows padded to whole vectors (zeros
-//!    past `key_lengths[b]`), in the workspace;
-//! 2. per query head in the group and block of `MR` query rows, for each step of 64 keys:
-//!    a register-blocked micro-kernel computes each `MR × NR` score tile of `Q·Kᵀ`
-//!    (`MR × NR/LANES` accumulators, one broadcast of `Q` per FMA row; `NR` is 64 on
-//!    AVX-512, 16 on AVX2 and NEON, 4 in scalar code, so a step is one tile or several);
-//!    scale, `P`, `ℓ`, the mask, padding and causality are applied to the tile in registers,
-//!    the scores written from it when asked, and each row's max updated; the online softmax
-//!    turns the step's scores into `exp(z − m)` and adds them to each row's sum; a second
-//!    micro-kernel accumulates `p·V` into the block's output rows, rescaled by
-//!    `exp(m_old − m_new)` on the way;
-//! 3. the block's output rows are divided by their sums.
-//!
-//! Nothing of size `Lq × Lk` touches memory unless `P` or the scores are asked for. Key tiles
-//! past the last key any row of the block may see (padding, causality) are skipped, not
-//! masked, unless the scores output needs them; in the last tile a block sees, `Q·Kᵀ` computes
-//! only the vectors of keys some row sees and `p·V` stops at the last such key.
-//!
-//! What keeps the FMA units busy (measured on AMD Zen 5, AVX-512, `Dk = Dv = 64`, about
-//! three quarters of the FMA peak): the two micro-kernels do `MR·NR/LANES` FMAs per
-//! `NR/LANES` loads and `MR` broadcasts; the per-tile softmax work is one `exp` per score,
-//! while a row's max, and with it the horizontal reduction, the `exp(m_old − m_new)` and the
-//! rescaling of its sum, changes only when a lane of the tile exceeds it (a vector compare
-//! first), which is rare after a row's first tiles; when no row of the block changed its max in
-//! a tile, `p·V` loads the output rows without multiplying them by 1 (measured on AMD Zen 3,
-//! AVX2, `L = 512`, best of 6 runs: 1.2% dense, 2.4% causal). The narrower tiles of AVX2,
-//! NEON and scalar code are grouped into steps of 64 keys, their scores parked in L1 until the
-//! step's max is known, so that the rescaling and `p·V`'s loads and stores of the output rows
-//! come once per 64 keys there too (Zen 3, AVX2, `L = 512`, best of 3 runs against tiles of 16
-//! keys: dense 4%, causal 3%, with `P` in and `S` out 25% faster). Without `P`, `S`, a mask or
-//! the running mean, tiles every row sees whole only take the scale. Packing K one float at a time cost
-//! 5–7% at `L = 512` (LLVM turned it into scatters); the transposes made it negligible.
-//!
-//! Where it stands (AMD Zen 4, one core, `B = 1`, `H = 8`, `Dk = Dv = 64`, three report runs):
-//! 0.75–0.83 of the same-run FMA peak on AVX-512, 0.67–0.73 on AVX2. The unfused composition
-//! of the gemm crate's GEMMs around this crate's softmax reaches 0.76–0.80 of the peak itself
-//! (its scores matrix, 1 MiB a head at `L = 512`, stays in L2), and the fused kernel runs at
-//! 0.91–1.04× its speed; against the same GEMMs around a plain scalar softmax, 1.9–2.3×.
-//! Causal calls take 0.55–0.57 of the dense time at `L = 512` and 0.51–0.52 at `L = 2048`
-//! (0.54 and 0.51 best of 7 alone), closer to the share of 64-key steps a block runs (0.57
-//! and 0.52: 4.6 of 8 on average at `L = 512`) than to the share of visible keys (0.50);
-//! skipping the softmax of the diagonal tile's masked vectors measured even.
+//! FlashAttention-style, one pass over the keys per block of `MR` query rows. Per `(b, kv
+//! head)`, K is packed into key tiles `[d][key]` (through in-register transposes: packing one
+//! float at a time became scatters) and V into rows padded to whole vectors (zeros past
+//! `key_lengths[b]`). Per block and step of 64 keys, a register-blocked micro-kernel computes
+//! the `MR × NR` score tiles (`NR` = 64 on AVX-512, 16 on AVX2 and NEON, 4 in scalar code);
+//! scale, `P`, `ℓ`, mask, padding and causality are applied in registers and the scores
+//! written from there; the online softmax turns them into `exp(z − m)`, and a second
+//! micro-kernel accumulates `p·V` into the block's output rows, rescaled by `exp(m_old −
+//! m_new)` only when some row's max moved (a vector compare; rare after the first tiles).
+//! Steps of 64 keys on every ISA make the rescaling and the output rows' loads and stores come
+//! once per 64 keys. Nothing of size `Lq × Lk` touches memory unless `P` or the scores are
+//! asked for; key tiles no row of a block sees (padding, causality) are skipped, not masked.
+//! Heads of 32 use only the vectors they need: `V` rows are padded to whole vectors, and a
+//! `p·V` tile narrower than the register tile runs a narrower micro-kernel. Measured figures,
+//! against the same-run FMA peak and the unfused composition, are in `benches/records/`.
 
 mod flash;
+mod options;
 
 use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
-use crate::softmax::MaskedRows;
 use flash::{workspace_len, AttentionCall};
-
-/// Shapes of an attention call (see the [module docs](self)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttentionShape {
-    /// `B`.
-    pub batch: usize,
-    /// `H`, the query heads.
-    pub heads: usize,
-    /// `Hkv`, the key/value heads; `H` must be a multiple of it.
-    pub kv_heads: usize,
-    /// `Lq`, the queries per head.
-    pub q_len: usize,
-    /// `Lk`, the keys per head.
-    pub kv_len: usize,
-    /// `Dk`, the dimension of queries and keys (≥ 1).
-    pub head_dim: usize,
-    /// `Dv`, the dimension of values and outputs (≥ 1).
-    pub value_dim: usize,
-}
-
-impl AttentionShape {
-    /// `B` sequences, `H` heads of their own K and V, `L` queries and keys of dimension `D`.
-    pub fn self_attention(batch: usize, heads: usize, len: usize, dim: usize) -> Self {
-        AttentionShape {
-            batch,
-            heads,
-            kv_heads: heads,
-            q_len: len,
-            kv_len: len,
-            head_dim: dim,
-            value_dim: dim,
-        }
-    }
-}
-
-/// Which scores an additive mask covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaskShape {
-    /// `[Lq, Lk]`, broadcast over B and H.
-    Shared,
-    /// `[B, 1, Lq, Lk]`, broadcast over H.
-    PerBatch,
-    /// `[B, H, Lq, Lk]`.
-    PerHead,
-}
-
-/// An additive f32 mask: −∞ masks a position, finite values bias it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdditiveMask<'a> {
-    /// The values, row-major in the layout `shape` names.
-    pub values: &'a [f32],
-    /// Which of the broadcastable layouts `values` has.
-    pub shape: MaskShape,
-}
-
-/// Which scores the scores output carries to the next layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CarriedScores {
-    /// `S = scale·Q·Kᵀ + P`, before the running mean and the mask (the RealFormer paper).
-    #[default]
-    Raw,
-    /// `Z`, after the running mean and the mask (−∞ where masked).
-    Masked,
-}
-
-/// Options of [`attention`](crate::attention()); `Default` gives plain scaled-dot-product
-/// attention.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct AttentionOptions<'a> {
-    /// Multiplies `Q·Kᵀ`; `None` means `1/√Dk`. Must be finite.
-    pub scale: Option<f32>,
-    /// An additive mask.
-    pub mask: Option<AdditiveMask<'a>>,
-    /// Valid keys per batch (`B` entries, each ≤ `Lk`): keys past them are padding.
-    pub key_lengths: Option<&'a [usize]>,
-    /// Bottom-right aligned causal masking: query `i` sees keys `j ≤ i + Lk − Lq`.
-    pub causal: bool,
-    /// The previous layer's scores `P[B,H,Lq,Lk]`, added before the softmax.
-    pub prev_scores: Option<&'a [f32]>,
-    /// RealFormer's running-mean variant: the softmax sees `S/(ℓ+1)` for layer `ℓ`.
-    pub running_mean_layer: Option<u32>,
-    /// What the scores output receives.
-    pub carried: CarriedScores,
-    /// The policy for fully masked rows.
-    pub masked_rows: MaskedRows,
-}
+pub use options::{AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, CarriedScores, Layout, MaskShape};
 
 /// Reusable scratch memory of [`Kernels::attention`]: packed K and V of one head and the
 /// running state of one block of query rows. It grows to the largest call it has served and
@@ -240,7 +126,9 @@ impl AttentionWorkspace {
 }
 
 impl Kernels {
-    /// Attention into `out`, with an explicit workspace. See [`attention`](crate::attention()).
+    /// Attention into `out`, with an explicit workspace: `q`, `k`, `v` and `out` contiguous
+    /// `[B, H, L, D]` ([`Layout::heads_first`]). See [`attention`](crate::attention()), and
+    /// [`Kernels::attention_args`] for other layouts and operands by name.
     #[allow(clippy::too_many_arguments)]
     pub fn attention<E: Element>(
         &self,
@@ -253,6 +141,83 @@ impl Kernels {
         opts: &AttentionOptions,
         workspace: &mut AttentionWorkspace,
     ) -> Result<(), Error> {
+        let s = shape;
+        // The contiguous form names the lengths it expects; the views are checked again, as
+        // every call of `attention_args` is.
+        check_shape(s)?;
+        let (b, h, hkv, lq, lk, dk, dv) = (s.batch, s.heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim, s.value_dim);
+        Error::check_len("q", "B·H·Lq·Dk", Error::product("q", &[b, h, lq, dk])?, q.len())?;
+        Error::check_len("k", "B·Hkv·Lk·Dk", Error::product("k", &[b, hkv, lk, dk])?, k.len())?;
+        Error::check_len("v", "B·Hkv·Lk·Dv", Error::product("v", &[b, hkv, lk, dv])?, v.len())?;
+        Error::check_len("out", "B·H·Lq·Dv", Error::product("out", &[b, h, lq, dv])?, out.len())?;
+        let args = AttentionArgs {
+            shape: *shape,
+            q,
+            q_layout: Layout::heads_first(s.heads, s.q_len, s.head_dim),
+            k,
+            k_layout: Layout::heads_first(s.kv_heads, s.kv_len, s.head_dim),
+            v,
+            v_layout: Layout::heads_first(s.kv_heads, s.kv_len, s.value_dim),
+            out,
+            out_layout: Layout::heads_first(s.heads, s.q_len, s.value_dim),
+            scores,
+            options: *opts,
+        };
+        self.attention_args(args, workspace)
+    }
+
+    /// Attention on the operands of `args`, each a view with its own [`Layout`]: `Q`, `K`, `V`
+    /// read in place from the projections' outputs (`[B, L, H, D]`, or the three column
+    /// blocks of a fused QKV projection), `O` written straight into `[B, L, H·D]`. Semantics,
+    /// bounds and speed are those of [`Kernels::attention`]; see the
+    /// [module docs](mod@crate::attention).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] naming the first operand whose slice does not hold every element its
+    /// layout places (`q`, `k`, `v`, `out`), `out_layout` if it places two elements of `O` in
+    /// the same place, a `shape` field that is inconsistent, or a mask, score or key-length
+    /// argument whose length does not match; [`Error::Param`] for a non-finite scale or a key
+    /// length beyond `kv_len`.
+    ///
+    /// ```
+    /// use kernels::{AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, Kernels, Layout};
+    ///
+    /// // 2 sentences of 4 tokens, 3 heads of 8: one fused QKV projection [B, L, 3·H·D].
+    /// let (b, l, h, d) = (2, 4, 3, 8);
+    /// let qkv: Vec<f32> = (0..b * l * 3 * h * d).map(|i| (i % 7) as f32 * 0.1).collect();
+    /// let mut out = vec![0.0f32; b * l * h * d]; // [B, L, H·D]
+    /// let (width, at) = (3 * h * d, |block| Layout::tokens_first(l, 3 * h * d, block * h * d, d));
+    /// let args = AttentionArgs {
+    ///     shape: AttentionShape::self_attention(b, h, l, d),
+    ///     q: &qkv, q_layout: at(0),
+    ///     k: &qkv, k_layout: at(1),
+    ///     v: &qkv, v_layout: at(2),
+    ///     out: &mut out, out_layout: Layout::tokens_first(l, h * d, 0, d),
+    ///     scores: None,
+    ///     options: AttentionOptions::default(),
+    /// };
+    /// Kernels::best().attention_args(args, &mut AttentionWorkspace::new())?;
+    /// # let _ = width;
+    /// # Ok::<(), kernels::Error>(())
+    /// ```
+    pub fn attention_args<E: Element>(
+        &self,
+        args: AttentionArgs<E>,
+        workspace: &mut AttentionWorkspace,
+    ) -> Result<(), Error> {
+        let AttentionArgs {
+            shape,
+            q,
+            q_layout,
+            k,
+            k_layout,
+            v,
+            v_layout,
+            out,
+            out_layout,
+            scores,
+            options: opts,
+        } = args;
         let AttentionShape {
             batch: b,
             heads: h,
@@ -261,20 +226,13 @@ impl Kernels {
             kv_len: lk,
             head_dim: dk,
             value_dim: dv,
-        } = *shape;
-        if dk == 0 {
-            return Err(Error::shape("shape.head_dim", "at least 1", 0));
-        }
-        if dv == 0 {
-            return Err(Error::shape("shape.value_dim", "at least 1", 0));
-        }
-        if hkv == 0 || h % hkv != 0 {
-            return Err(Error::shape("shape.kv_heads", format!("a divisor of heads = {h}"), hkv));
-        }
-        Error::check_len("q", "B·H·Lq·Dk", Error::product("q", &[b, h, lq, dk])?, q.len())?;
-        Error::check_len("k", "B·Hkv·Lk·Dk", Error::product("k", &[b, hkv, lk, dk])?, k.len())?;
-        Error::check_len("v", "B·Hkv·Lk·Dv", Error::product("v", &[b, hkv, lk, dv])?, v.len())?;
-        Error::check_len("out", "B·H·Lq·Dv", Error::product("out", &[b, h, lq, dv])?, out.len())?;
+        } = shape;
+        check_shape(&shape)?;
+        check_view("q", q.len(), q_layout, [b, h, lq, dk])?;
+        check_view("k", k.len(), k_layout, [b, hkv, lk, dk])?;
+        check_view("v", v.len(), v_layout, [b, hkv, lk, dv])?;
+        check_view("out", out.len(), out_layout, [b, h, lq, dv])?;
+        check_distinct("out_layout", out_layout, [b, h, lq, dv])?;
         let n_scores = Error::product("scores", &[b, h, lq, lk])?;
         if let Some(s) = &scores {
             Error::check_len("scores", "B·H·Lq·Lk", n_scores, s.len())?;
@@ -282,30 +240,23 @@ impl Kernels {
         if let Some(p) = opts.prev_scores {
             Error::check_len("prev_scores", "B·H·Lq·Lk", n_scores, p.len())?;
         }
-        let (mask_batch_stride, mask_head_stride) = match opts.mask {
-            None => (0, 0),
-            Some(AdditiveMask {
-                values,
-                shape: MaskShape::Shared,
-            }) => {
-                let n = Error::product("mask", &[lq, lk])?;
-                Error::check_len("mask", "Lq·Lk for MaskShape::Shared", n, values.len())?;
-                (0, 0)
-            }
-            Some(AdditiveMask {
-                values,
-                shape: MaskShape::PerBatch,
-            }) => {
-                let n = Error::product("mask", &[b, lq, lk])?;
-                Error::check_len("mask", "B·Lq·Lk for MaskShape::PerBatch", n, values.len())?;
-                (lq * lk, 0)
-            }
-            Some(AdditiveMask {
-                values,
-                shape: MaskShape::PerHead,
-            }) => {
-                Error::check_len("mask", "B·H·Lq·Lk for MaskShape::PerHead", n_scores, values.len())?;
-                (h * lq * lk, lq * lk)
+        // (elements between batches, heads, query rows)
+        let mask_strides = match opts.mask {
+            None => (0, 0, 0),
+            Some(AdditiveMask { values, shape }) => {
+                let (dims, what, strides): (&[usize], _, _) = match shape {
+                    MaskShape::Shared => (&[lq, lk], "Lq·Lk for MaskShape::Shared", (0, 0, lk)),
+                    MaskShape::PerBatch => (&[b, lq, lk], "B·Lq·Lk for MaskShape::PerBatch", (lq * lk, 0, lk)),
+                    MaskShape::PerHead => (
+                        &[b, h, lq, lk],
+                        "B·H·Lq·Lk for MaskShape::PerHead",
+                        (h * lq * lk, lq * lk, lk),
+                    ),
+                    MaskShape::KeyPadding => (&[b, lk], "B·Lk for MaskShape::KeyPadding", (lk, 0, 0)),
+                };
+                let n = Error::product("mask", dims)?;
+                Error::check_len("mask", what, n, values.len())?;
+                strides
             }
         };
         if let Some(lens) = opts.key_lengths {
@@ -324,7 +275,7 @@ impl Kernels {
         }
         let ws_len = workspace_len(lk, dk, dv)
             .ok_or_else(|| Error::shape("shape", "a workspace size that fits in memory", format!("{shape:?}")))?;
-        if out.is_empty() && scores.as_ref().is_none_or(|s| s.is_empty()) {
+        if b * h * lq == 0 {
             return Ok(());
         }
         let call = AttentionCall {
@@ -336,14 +287,19 @@ impl Kernels {
             head_dim: dk,
             value_dim: dv,
             q: q.as_ptr(),
+            q_layout,
             k: k.as_ptr(),
+            k_layout,
             v: v.as_ptr(),
+            v_layout,
             out: out.as_mut_ptr(),
+            out_layout,
             scores: scores.map_or(std::ptr::null_mut(), |s| s.as_mut_ptr()),
             prev: opts.prev_scores.map_or(std::ptr::null(), |p| p.as_ptr()),
             mask: opts.mask.map_or(std::ptr::null(), |m| m.values.as_ptr()),
-            mask_batch_stride,
-            mask_head_stride,
+            mask_batch_stride: mask_strides.0,
+            mask_head_stride: mask_strides.1,
+            mask_row_stride: mask_strides.2,
             key_lengths: opts.key_lengths.map_or(std::ptr::null(), |l| l.as_ptr()),
             causal: opts.causal,
             scale,
@@ -352,8 +308,9 @@ impl Kernels {
             masked_rows: opts.masked_rows,
             workspace: workspace.reserve(ws_len).as_mut_ptr(),
         };
-        // SAFETY: every pointer covers the length its shape gives (checked above), the
-        // workspace holds `workspace_len` floats, and `out`/`scores` are exclusive borrows,
+        // SAFETY: every view holds what its layout places and the other pointers cover the
+        // lengths their shapes give (checked above), `O`'s layout places its elements apart,
+        // the workspace holds `workspace_len` floats, and `out`/`scores` are exclusive borrows,
         // distinct from the inputs.
         unsafe { self.run_attention(E::typed(call)) };
         Ok(())
@@ -368,6 +325,71 @@ impl Kernels {
         // SAFETY: forwarded.
         unsafe { call.run(self) }
     }
+}
+
+/// `Ok` if the fields of `shape` are consistent: dimensions of at least 1, `Hkv` dividing `H`.
+fn check_shape(shape: &AttentionShape) -> Result<(), Error> {
+    if shape.head_dim == 0 {
+        return Err(Error::shape("shape.head_dim", "at least 1", 0));
+    }
+    if shape.value_dim == 0 {
+        return Err(Error::shape("shape.value_dim", "at least 1", 0));
+    }
+    let (h, hkv) = (shape.heads, shape.kv_heads);
+    if hkv == 0 || h % hkv != 0 {
+        return Err(Error::shape("shape.kv_heads", format!("a divisor of heads = {h}"), hkv));
+    }
+    Ok(())
+}
+
+/// `Ok` if a slice of `len` elements holds every element `(b, h, l, d)` of `dims` that
+/// `layout` places, with checked arithmetic; a shape error naming `arg` otherwise. A tensor
+/// with no element needs nothing.
+fn check_view(arg: &'static str, len: usize, layout: Layout, dims: [usize; 4]) -> Result<(), Error> {
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    let strides = [layout.batch, layout.head, layout.row, 1];
+    let last = dims.iter().zip(strides).try_fold(layout.offset, |at, (&n, stride)| {
+        (n - 1).checked_mul(stride)?.checked_add(at)
+    });
+    match last {
+        Some(last) if last < len => Ok(()),
+        _ => Err(Error::shape(
+            arg,
+            format!("a slice holding every element of {dims:?} (B, H, L, D) at {layout:?}"),
+            format!("length {len}"),
+        )),
+    }
+}
+
+/// `Ok` if `layout` places the elements of `dims` each in a place of its own: sorted by
+/// stride, each axis steps past everything the smaller ones span. A tensor with no element
+/// has nothing to place.
+fn check_distinct(arg: &'static str, layout: Layout, dims: [usize; 4]) -> Result<(), Error> {
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    let mut axes: Vec<(usize, usize)> = dims
+        .into_iter()
+        .zip([layout.batch, layout.head, layout.row, 1])
+        .filter(|&(n, _)| n > 1)
+        .map(|(n, stride)| (stride, n))
+        .collect();
+    axes.sort_unstable();
+    let mut span = 0usize;
+    for (stride, n) in axes {
+        if stride <= span {
+            return Err(Error::shape(
+                arg,
+                format!("strides that place every element of {dims:?} apart"),
+                format!("{layout:?}"),
+            ));
+        }
+        // `stride·(n − 1)` fits: `check_view` bounded it by the slice's length.
+        span += stride * (n - 1);
+    }
+    Ok(())
 }
 
 /// The attention calls of every storage type.
@@ -399,7 +421,7 @@ impl PerElement for Attention {
 /// let (q, k, v) = (vec![1.0f32; 4], vec![0.5; 6], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
 /// let mut out = vec![0.0; 4];
 /// let mut scores = vec![0.0; 6]; // S, for the next layer
-/// let opts = AttentionOptions { causal: true, ..Default::default() };
+/// let opts = AttentionOptions::default().causal(true);
 /// kernels::attention(&shape, &q, &k, &v, &mut out, Some(&mut scores), &opts)?;
 /// // Bottom-right causal: query 0 sees keys 0..2, query 1 all 3, with equal scores.
 /// assert!((out[0] - 2.0).abs() < 1e-6 && (out[2] - 3.0).abs() < 1e-6);

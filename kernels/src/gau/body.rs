@@ -319,7 +319,7 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &G
         }
         let tiles = valid.div_ceil(nr);
         // SAFETY: K holds `T` rows of `s`; `kp` holds `⌈T/MAX_NR⌉·MAX_NR·s ≥ tiles·nr·s`.
-        unsafe { pack_bt(s, kt, kp, valid, tiles, nr, sd) };
+        unsafe { pack_bt(s, kt, sd, kp, valid, tiles, nr, sd) };
 
         // 3. A·V per block of rows, gated by U in place.
         let block = ROW_BLOCKS * MR;
