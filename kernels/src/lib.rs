@@ -20,6 +20,10 @@
 //! | [`rms_norm()`], [`add_rms_norm()`] | `y = h/√(mean(h²) + ε)·g` (`h` as above) | ≈ `9u` relative |
 //! | [`batch_norm()`] | `y = x·s_c + b_c`, running statistics folded per channel | `u·(\|x − μ_c\|·\|s_c\| + \|b_c\| + \|y\|)` |
 //! | [`batch_norm_train()`] | batch statistics per channel (one pass), running averages updated | that of `layer_norm` per channel |
+//! | [`gelu()`], [`gelu_tanh()`] | `x·Φ(x)`, `x·σ(1.5957691·(x + 0.044715x³))` | ≤ 6 ulp; `(4 + 3\|v\|)` ulp, see [`gelu`](fn@gelu) |
+//! | [`Kernels::linear`] | `Y = act(X·W + b) + R`, weights packed once (f32 or bf16) | `K·u·Σ\|x·w\|` plus the activation's, see [`linear`](mod@linear) |
+//! | [`attention()`] | `O = softmax(scale·Q·Kᵀ + P + M)·V`, strided views, RealFormer scores | see [`attention`](mod@attention) |
+//! | [`gau()`] | gated attention unit, swish gates, fused | see [`gau`](mod@gau) |
 //!
 //! Every kernel accepts its tensors as `f32`, [`half::f16`] or [`half::bf16`] (an [`Element`]):
 //! widened exactly on load with the ISA's conversion instructions, computed in f32 exactly as
@@ -29,6 +33,70 @@
 //!
 //! Rows are row-major with the last axis contiguous. Outputs never alias inputs except in the
 //! `_inplace` variants. All kernels may be called from many threads at once.
+//!
+//! # One encoder layer
+//!
+//! A BERT-style Post-LN layer, `h = LN(x + Attn(x))`, `y = LN(h + FFN(h))`, with only this
+//! crate: one fused QKV projection read in place by attention, which writes its output
+//! straight into `[B, L, H·D]`; a key-padding mask; the FFN's GELU and the second residual
+//! fused into the linear layers.
+//!
+//! ```
+//! use kernels::*;
+//!
+//! let (b, l, heads, dim, ffn) = (2, 5, 4, 8, 64);
+//! let hidden = heads * dim;
+//! let k = Kernels::best();
+//! let weights = |rows: usize, cols: usize, seed: usize| -> Vec<f32> {
+//!     (0..rows * cols).map(|i| (((i * 7 + seed) % 13) as f32 - 6.0) * 0.02).collect()
+//! };
+//! let pack = |inp, out, seed| {
+//!     let w = weights(out, inp, seed); // nn.Linear: [out, in]
+//!     let layer = LinearWeights {
+//!         weights: &w,
+//!         layout: WeightLayout::OutIn,
+//!         in_features: inp,
+//!         out_features: out,
+//!         bias: None,
+//!     };
+//!     k.pack_linear(&layer, WeightType::F32)
+//! };
+//! let (qkv_w, o_w) = (pack(hidden, 3 * hidden, 1)?, pack(hidden, hidden, 2)?);
+//! let (up_w, down_w) = (pack(hidden, ffn, 3)?, pack(ffn, hidden, 4)?);
+//! let ln = LayerNormOptions { eps: 1e-12, ..Default::default() };
+//!
+//! let x = weights(b * l, hidden, 5); // [B, L, hidden]
+//! // The second sentence has 3 tokens and 2 of padding.
+//! let padding: Vec<f32> = (0..b * l).map(|i| if i >= l + 3 { f32::NEG_INFINITY } else { 0.0 }).collect();
+//!
+//! let mut qkv = vec![0.0f32; b * l * 3 * hidden];
+//! k.linear(&x, &qkv_w, &mut qkv, &LinearOptions::default())?;
+//! let mut ctx = vec![0.0f32; b * l * hidden];
+//! let block = |i| Layout::tokens_first(l, 3 * hidden, i * hidden, dim);
+//! let options = AttentionOptions::default().mask(&padding, MaskShape::KeyPadding);
+//! let args = AttentionArgs {
+//!     shape: AttentionShape::self_attention(b, heads, l, dim),
+//!     q: &qkv, q_layout: block(0),
+//!     k: &qkv, k_layout: block(1),
+//!     v: &qkv, v_layout: block(2),
+//!     out: &mut ctx, out_layout: Layout::tokens_first(l, hidden, 0, dim),
+//!     scores: None,
+//!     options,
+//! };
+//! k.attention_args(args, &mut AttentionWorkspace::new())?;
+//!
+//! let mut attn = vec![0.0f32; b * l * hidden];
+//! k.linear(&ctx, &o_w, &mut attn, &LinearOptions::default().residual(&x))?;
+//! let mut h = vec![0.0f32; b * l * hidden];
+//! k.layer_norm(&attn, &mut h, hidden, &ln)?; // h = LN(x + Attn(x))
+//! let mut up = vec![0.0f32; b * l * ffn];
+//! k.linear(&h, &up_w, &mut up, &LinearOptions::default().activation(Activation::Gelu))?;
+//! let mut y = vec![0.0f32; b * l * hidden];
+//! k.linear(&up, &down_w, &mut y, &LinearOptions::default().residual(&h))?;
+//! k.layer_norm_inplace(&mut y, hidden, &ln)?; // y = LN(h + FFN(h))
+//! assert!(y.iter().all(|v| v.is_finite()));
+//! # Ok::<(), kernels::Error>(())
+//! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -49,7 +117,8 @@ pub mod softmax;
 mod stores;
 
 pub use attention::{
-    attention, AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, MaskShape,
+    attention, AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores,
+    Layout, MaskShape,
 };
 pub use dispatch::Kernels;
 pub use element::Element;
