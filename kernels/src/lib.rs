@@ -140,8 +140,8 @@ pub use linear::{
 pub use norm::{
     add_layer_norm, add_layer_norm_inplace, add_layer_norm_with_stats, add_rms_norm, add_rms_norm_inplace, batch_norm,
     batch_norm_inplace, batch_norm_train, batch_norm_train_with_stats, layer_norm, layer_norm_inplace,
-    layer_norm_with_stats, rms_norm, rms_norm_inplace, BatchNormOptions, LayerNormOptions, Residual, RmsNormOptions,
-    RowStats,
+    layer_norm_with_stats, rms_norm, rms_norm_inplace, AddNorm, BatchNormOptions, LayerNormOptions, Residual,
+    RmsNormOptions, RowStats,
 };
 pub use softmax::{log_softmax, log_softmax_inplace, softmax, softmax_inplace, MaskedRows, SoftmaxOptions};
 pub use stores::{last_level_cache, level2_cache, Caches, Stores};

@@ -330,10 +330,12 @@
 //! about 10¹⁷) are detected (the statistics come out non-finite while the row is finite) and
 //! recomputed two-pass in f64, as is their normalization: they are exact to the f32 rounding.
 
+mod add_norm;
 mod batch_norm;
 mod layer_norm;
 mod rms_norm;
 
+pub use add_norm::AddNorm;
 pub use batch_norm::BatchNormOptions;
 pub(crate) use layer_norm::NormCall;
 pub use layer_norm::{LayerNormOptions, Residual, RowStats};
