@@ -1,4 +1,4 @@
-//! The BERT encoder block (Post-LN) from `kernels` calls alone:
+//! The BERT encoder block from `kernels` calls alone, Post-LN ([`Block::PostLn`]):
 //!
 //! ```text
 //! qkv = X·W_qkv + b_qkv                      one fused projection, [B, L, 3·hidden]
@@ -6,15 +6,33 @@
 //! h   = LN₁(ctx·W_o + b_o + X)               the residual fused into the projection
 //! Y   = LN₂(gelu(h·W_up + b_up)·W_down + b_down + h)
 //! ```
+//!
+//! and its Pre-LN ([`Block::PreLn`]) and RealFormer ([`Block::RealFormer`]) variants.
 
 use kernels::{
     Activation, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, Kernels, LayerNormOptions,
     LinearOptions, LinearWeights, MaskShape, PackedLinear, WeightLayout, WeightType,
 };
 
+/// Where the layer norms sit, and whether attention scores carry from layer to layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Block {
+    /// BERT: `x = LN₁(x + Attn(x))`, `x = LN₂(x + FFN(x))`.
+    #[default]
+    PostLn,
+    /// GPT-2 style: `x = x + Attn(LN₁(x))`, `x = x + FFN(LN₂(x))`; the residual stream is
+    /// never normalized (a final layer norm, where a model has one, is the caller's).
+    PreLn,
+    /// Post-LN with residual attention (RealFormer): each layer's raw scores
+    /// `S = Q·Kᵀ/√D + S_prev` are added to the next layer's, before the mask.
+    RealFormer,
+}
+
 /// The sizes of an encoder layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EncoderConfig {
+    /// The block's form.
+    pub block: Block,
     /// The model width, `heads · head_dim`.
     pub hidden: usize,
     /// The attention heads.
@@ -58,31 +76,6 @@ pub struct LayerWeights {
     pub ln2: (Vec<f32>, Vec<f32>),
 }
 
-impl LayerWeights {
-    /// Checks every length against `config`, naming the first parameter that differs.
-    pub fn check(&self, config: &EncoderConfig) -> Result<(), String> {
-        let (h, f) = (config.hidden, config.intermediate);
-        let sizes: [(&str, usize, usize); 12] = [
-            ("qkv", self.qkv.len(), 3 * h * h),
-            ("qkv_bias", self.qkv_bias.len(), 3 * h),
-            ("out", self.out.len(), h * h),
-            ("out_bias", self.out_bias.len(), h),
-            ("ln1 gain", self.ln1.0.len(), h),
-            ("ln1 bias", self.ln1.1.len(), h),
-            ("up", self.up.len(), f * h),
-            ("up_bias", self.up_bias.len(), f),
-            ("down", self.down.len(), h * f),
-            ("down_bias", self.down_bias.len(), h),
-            ("ln2 gain", self.ln2.0.len(), h),
-            ("ln2 bias", self.ln2.1.len(), h),
-        ];
-        match sizes.iter().find(|(_, got, want)| got != want) {
-            Some((name, got, want)) => Err(format!("{name} has {got} values, expected {want}")),
-            None => Ok(()),
-        }
-    }
-}
-
 /// A layer packed for one [`Kernels`]: the four linear layers packed once, the norms' parameters.
 #[derive(Debug, Clone)]
 struct PackedLayer {
@@ -110,6 +103,10 @@ pub struct Scratch {
     ctx: Vec<f32>,
     h: Vec<f32>,
     up: Vec<f32>,
+    /// Pre-LN: the normalized input of a sublayer.
+    normed: Vec<f32>,
+    /// RealFormer: the scores of the layer below and of this one, `[B, H, L, L]`.
+    scores: (Vec<f32>, Vec<f32>),
     attention: AttentionWorkspace,
 }
 
@@ -182,52 +179,122 @@ impl Encoder {
         s: &mut Scratch,
     ) -> Result<(), kernels::Error> {
         let EncoderConfig {
+            block,
             hidden,
             heads,
             intermediate,
-            eps,
+            ..
         } = self.config;
-        let (k, d, tokens) = (&self.kernels, self.config.head_dim(), batch * len);
+        let tokens = batch * len;
         s.qkv.resize(tokens * 3 * hidden, 0.0);
         s.ctx.resize(tokens * hidden, 0.0);
         s.h.resize(tokens * hidden, 0.0);
         s.up.resize(tokens * intermediate, 0.0);
-        let block = |i| kernels::Layout::tokens_first(len, 3 * hidden, i * hidden, d);
-        for layer in &self.layers {
-            k.linear(x, &layer.qkv, &mut s.qkv, &LinearOptions::default())?;
-            let args = AttentionArgs {
-                shape: AttentionShape::self_attention(batch, heads, len, d),
-                q: &s.qkv,
-                q_layout: block(0),
-                k: &s.qkv,
-                k_layout: block(1),
-                v: &s.qkv,
-                v_layout: block(2),
-                out: &mut s.ctx,
-                out_layout: kernels::Layout::tokens_first(len, hidden, 0, d),
-                scores: None,
-                options: AttentionOptions::default().mask(padding, MaskShape::KeyPadding),
-            };
-            k.attention_args(args, &mut s.attention)?;
-            // h = LN₁(x + ctx·W_o + b_o)
-            k.linear(&s.ctx, &layer.out, &mut s.h, &LinearOptions::default().residual(x))?;
-            let ln1 = LayerNormOptions {
-                gamma: Some(&layer.ln1.0),
-                beta: Some(&layer.ln1.1),
-                eps,
-            };
-            k.layer_norm_inplace(&mut s.h, hidden, &ln1)?;
-            // x = LN₂(h + FFN(h))
-            let up = LinearOptions::default().activation(Activation::Gelu);
-            k.linear(&s.h, &layer.up, &mut s.up, &up)?;
-            k.linear(&s.up, &layer.down, x, &LinearOptions::default().residual(&s.h))?;
-            let ln2 = LayerNormOptions {
-                gamma: Some(&layer.ln2.0),
-                beta: Some(&layer.ln2.1),
-                eps,
-            };
-            k.layer_norm_inplace(x, hidden, &ln2)?;
+        if block == Block::PreLn {
+            s.normed.resize(tokens * hidden, 0.0);
+        }
+        if block == Block::RealFormer {
+            s.scores.0.resize(batch * heads * len * len, 0.0);
+            s.scores.1.resize(batch * heads * len * len, 0.0);
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            match block {
+                Block::PostLn | Block::RealFormer => self.post_ln(layer, i, x, batch, len, padding, s)?,
+                Block::PreLn => self.pre_ln(layer, x, batch, len, padding, s)?,
+            }
         }
         Ok(())
+    }
+
+    fn norm<'a>(&self, (gamma, beta): &'a (Vec<f32>, Vec<f32>)) -> LayerNormOptions<'a> {
+        LayerNormOptions {
+            gamma: Some(gamma),
+            beta: Some(beta),
+            eps: self.config.eps,
+        }
+    }
+
+    /// `s.ctx = Attention(s.qkv)`; RealFormer's layer `i` adds `s.scores.0` (from layer
+    /// `i − 1`) and writes its own into `s.scores.1`, then swaps them.
+    fn attention(
+        &self,
+        i: usize,
+        batch: usize,
+        len: usize,
+        padding: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), kernels::Error> {
+        let EncoderConfig { hidden, heads, .. } = self.config;
+        let d = self.config.head_dim();
+        let block = |i| kernels::Layout::tokens_first(len, 3 * hidden, i * hidden, d);
+        let real = self.config.block == Block::RealFormer;
+        let mut options = AttentionOptions::default().mask(padding, MaskShape::KeyPadding);
+        if real && i > 0 {
+            options = options.prev_scores(&s.scores.0);
+        }
+        let args = AttentionArgs {
+            shape: AttentionShape::self_attention(batch, heads, len, d),
+            q: &s.qkv,
+            q_layout: block(0),
+            k: &s.qkv,
+            k_layout: block(1),
+            v: &s.qkv,
+            v_layout: block(2),
+            out: &mut s.ctx,
+            out_layout: kernels::Layout::tokens_first(len, hidden, 0, d),
+            scores: real.then_some(&mut s.scores.1[..]),
+            options,
+        };
+        self.kernels.attention_args(args, &mut s.attention)?;
+        if real {
+            std::mem::swap(&mut s.scores.0, &mut s.scores.1);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post_ln(
+        &self,
+        layer: &PackedLayer,
+        i: usize,
+        x: &mut [f32],
+        batch: usize,
+        len: usize,
+        padding: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), kernels::Error> {
+        let (k, hidden) = (&self.kernels, self.config.hidden);
+        k.linear(x, &layer.qkv, &mut s.qkv, &LinearOptions::default())?;
+        self.attention(i, batch, len, padding, s)?;
+        // h = LN₁(x + ctx·W_o + b_o)
+        k.linear(&s.ctx, &layer.out, &mut s.h, &LinearOptions::default().residual(x))?;
+        k.layer_norm_inplace(&mut s.h, hidden, &self.norm(&layer.ln1))?;
+        // x = LN₂(h + FFN(h))
+        let up = LinearOptions::default().activation(Activation::Gelu);
+        k.linear(&s.h, &layer.up, &mut s.up, &up)?;
+        k.linear(&s.up, &layer.down, x, &LinearOptions::default().residual(&s.h))?;
+        k.layer_norm_inplace(x, hidden, &self.norm(&layer.ln2))
+    }
+
+    fn pre_ln(
+        &self,
+        layer: &PackedLayer,
+        x: &mut [f32],
+        batch: usize,
+        len: usize,
+        padding: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), kernels::Error> {
+        let (k, hidden) = (&self.kernels, self.config.hidden);
+        k.layer_norm(x, &mut s.normed, hidden, &self.norm(&layer.ln1))?;
+        k.linear(&s.normed, &layer.qkv, &mut s.qkv, &LinearOptions::default())?;
+        self.attention(0, batch, len, padding, s)?;
+        // h = x + Attn(LN₁(x))
+        k.linear(&s.ctx, &layer.out, &mut s.h, &LinearOptions::default().residual(x))?;
+        // x = h + FFN(LN₂(h))
+        k.layer_norm(&s.h, &mut s.normed, hidden, &self.norm(&layer.ln2))?;
+        let up = LinearOptions::default().activation(Activation::Gelu);
+        k.linear(&s.normed, &layer.up, &mut s.up, &up)?;
+        k.linear(&s.up, &layer.down, x, &LinearOptions::default().residual(&s.h))
     }
 }

@@ -4,7 +4,7 @@
 //! - [`Encoder`]: a stack of Post-LN encoder layers, `x = LN(x + Attn(x))`,
 //!   `x = LN(x + FFN(x))`: one fused QKV projection that attention reads in place, a
 //!   key-padding mask, the GELU and both residuals fused into the linear layers (the pattern
-//!   of the `kernels` crate docs, "One encoder layer").
+//!   of the `kernels` crate docs, "One encoder layer"); also Pre-LN and RealFormer ([`Block`]).
 //! - [`forward_f64`]: the same stack from the `reference` crate's f64 operations, the oracle of
 //!   the stack test (`tests/stack.rs`).
 //! - [`Model`]: a model directory (`config.json`, `model.safetensors`, `tokenizer.json`,
@@ -22,6 +22,6 @@ mod encoder;
 mod model;
 mod oracle;
 
-pub use encoder::{Encoder, EncoderConfig, LayerWeights, Scratch};
+pub use encoder::{Block, Encoder, EncoderConfig, LayerWeights, Scratch};
 pub use model::{BertConfig, Error, Model, Pooling};
 pub use oracle::forward_f64;

@@ -9,7 +9,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
-use crate::encoder::{Encoder, EncoderConfig, LayerWeights, Scratch};
+use crate::encoder::{Block, Encoder, EncoderConfig, LayerWeights, Scratch};
 
 /// Why a model could not be loaded or run: a message that names the file, the field or the
 /// input at fault.
@@ -110,6 +110,7 @@ impl BertConfig {
         };
         Ok(BertConfig {
             encoder: EncoderConfig {
+                block: Block::PostLn,
                 hidden,
                 heads,
                 intermediate: size("intermediate_size")?,
@@ -379,8 +380,8 @@ impl Model {
                 }
                 let row = &mut x[(b * len + t) * h..][..h];
                 let (w, p) = (&self.word[id * h..][..h], &self.position[t * h..][..h]);
-                for j in 0..h {
-                    row[j] = w[j] + p[j] + self.token_type[j];
+                for (((r, &w), &p), &t) in row.iter_mut().zip(w).zip(p).zip(&self.token_type) {
+                    *r = w + p + t;
                 }
             }
             padding[b * len..b * len + ids.len()].fill(0.0);

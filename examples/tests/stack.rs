@@ -26,7 +26,7 @@
 //! operations (see `forward_f64`), one `u` each, within the same terms.
 //! The test prints the worst `max|Δ| / bound` per ISA.
 
-use examples::{forward_f64, Encoder, EncoderConfig, LayerWeights, Scratch};
+use examples::{forward_f64, Block, Encoder, EncoderConfig, LayerWeights, Scratch};
 use kernels::{available_isas, Kernels};
 
 /// A small deterministic generator (SplitMix64): the test needs no `rand`.
@@ -74,19 +74,24 @@ fn random_layer(rng: &mut Rng, c: &EncoderConfig) -> LayerWeights {
 }
 
 /// `c` of the module docs.
-fn bound_constant(c: &EncoderConfig, max_len: usize) -> f64 {
+fn bound_constant(c: &EncoderConfig, max_len: usize, layers: usize) -> f64 {
     const LAMBDA: f64 = 8.0;
     const RHO: f64 = 0.69;
     let (h, f) = (c.hidden as f64, c.intermediate as f64);
     // QKV, output projection, FFN up (K = hidden), FFN down (K = intermediate).
     let linear = RHO * (3.0 * h + f);
-    let attention = (c.head_dim() + 4) as f64 + (3 * max_len + 16) as f64;
+    let mut attention = (c.head_dim() + 4) as f64 + (3 * max_len + 16) as f64;
+    if c.block == Block::RealFormer {
+        // The scores' errors add up from layer to layer: (L + 1)/2 on average.
+        attention *= (layers + 1) as f64 / 2.0;
+    }
     LAMBDA * (linear + attention + 2.0 * 2.0)
 }
 
-#[test]
-fn encoder_stack_matches_f64_on_every_isa() {
+/// Runs the stack of `block` on every ISA against the f64 stack; returns the worst ratio.
+fn stack_matches_f64(block: Block) {
     let config = EncoderConfig {
+        block,
         hidden: 96,
         heads: 3,
         intermediate: 384,
@@ -95,7 +100,7 @@ fn encoder_stack_matches_f64_on_every_isa() {
     let n_layers = 6;
     let mut rng = Rng(0x5EED);
     let layers: Vec<_> = (0..n_layers).map(|_| random_layer(&mut rng, &config)).collect();
-    let s = layers
+    let gamma = layers
         .iter()
         .flat_map(|w| w.ln1.0.iter().chain(&w.ln2.0))
         .fold(0.0f64, |m, &g| m.max(g.abs() as f64));
@@ -115,19 +120,39 @@ fn encoder_stack_matches_f64_on_every_isa() {
                 .collect();
             let want = forward_f64(&config, &layers, &x, b, l, &padding);
             encoder.forward(&mut x, b, l, &padding, &mut scratch).unwrap();
-            let bound = n_layers as f64 * bound_constant(&config, l) * u * s;
+            // Pre-LN never normalizes the residual stream: its own magnitude is the scale.
+            let s = match block {
+                Block::PreLn => want.iter().fold(gamma, |m, &v| m.max(v.abs())),
+                _ => gamma,
+            };
+            let bound = n_layers as f64 * bound_constant(&config, l, n_layers) * u * s;
             // Every row, padded ones included: a padded query still attends to its sequence's
             // tokens, in both stacks.
             for (i, (&got, &want)) in x.iter().zip(&want).enumerate() {
                 let err = (got as f64 - want).abs();
                 assert!(
                     err <= bound,
-                    "{isa:?}, lengths {lengths:?}: output {i} is {got}, f64 {want}: |Δ| = {err:e} > {bound:e}"
+                    "{block:?}, {isa:?}, lengths {lengths:?}: output {i} is {got}, f64 {want}: |Δ| = {err:e} > {bound:e}"
                 );
                 worst = worst.max(err / bound);
                 worst_abs = worst_abs.max(err);
             }
         }
-        eprintln!("{isa:?}: worst max|Δ| {worst_abs:.3e}, worst |Δ|/bound {worst:.2e}");
+        eprintln!("{block:?}, {isa:?}: worst max|Δ| {worst_abs:.3e}, worst |Δ|/bound {worst:.2e}");
     }
+}
+
+#[test]
+fn post_ln_stack_matches_f64_on_every_isa() {
+    stack_matches_f64(Block::PostLn);
+}
+
+#[test]
+fn pre_ln_stack_matches_f64_on_every_isa() {
+    stack_matches_f64(Block::PreLn);
+}
+
+#[test]
+fn realformer_stack_matches_f64_on_every_isa() {
+    stack_matches_f64(Block::RealFormer);
 }
