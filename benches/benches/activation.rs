@@ -1,9 +1,10 @@
-//! Criterion benches of the element-wise activations sigmoid and swish: one group per ISA of
-//! this CPU (`activation/{isa}`) and one for the plain Rust versions (`activation/plain`), in
-//! cache (16 Ki elements, 128 KiB working set) and beyond L2 (4 Mi elements, 16 MiB in and
+//! Criterion benches of the element-wise activations sigmoid, swish, gelu (erf form) and
+//! gelu_tanh: one group per ISA of this CPU (`activation/{isa}`) and one for the plain Rust
+//! versions (`activation/plain`: libm's `f32::exp`, the `libm` crate's `erff`, `f32::tanh`),
+//! in cache (16 Ki elements, 128 KiB working set) and beyond L2 (4 Mi elements, 16 MiB in and
 //! 16 MiB out); throughput in bytes (x read + y written), as the softmax benches.
 //!
-//! `cargo bench -p benches --bench activation [-- FILTER]`, e.g. `-- activation/avx512/swish`.
+//! `cargo bench -p benches --bench activation [-- FILTER]`, e.g. `-- activation/avx512/gelu/`.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -56,6 +57,8 @@ fn group(c: &mut Criterion, name: &str, imp: Impl) {
             Impl::Plain => {
                 bench_io(&mut g, BenchmarkId::new("sigmoid", len), &x, plain::sigmoid);
                 bench_io(&mut g, BenchmarkId::new("swish", len), &x, plain::swish);
+                bench_io(&mut g, BenchmarkId::new("gelu", len), &x, plain::gelu);
+                bench_io(&mut g, BenchmarkId::new("gelu_tanh", len), &x, plain::gelu_tanh);
             }
             Impl::Isa(k) => {
                 // Equal lengths by construction; a failure would be a kernels bug.
@@ -64,6 +67,12 @@ fn group(c: &mut Criterion, name: &str, imp: Impl) {
                 });
                 bench_io(&mut g, BenchmarkId::new("swish", len), &x, |x, y| {
                     k.swish(x, y).expect("swish of equal lengths")
+                });
+                bench_io(&mut g, BenchmarkId::new("gelu", len), &x, |x, y| {
+                    k.gelu(x, y).expect("gelu of equal lengths")
+                });
+                bench_io(&mut g, BenchmarkId::new("gelu_tanh", len), &x, |x, y| {
+                    k.gelu_tanh(x, y).expect("gelu_tanh of equal lengths")
                 });
             }
         }

@@ -1,7 +1,8 @@
 //! The plain Rust a user would write without this crate: the "plain" baselines.
 //!
 //! Idiomatic, safe, single-threaded code over slices with the standard library's `f32::exp`
-//! (libm), and nothing clever: the compiler vectorizes what it can on its own.
+//! and `f32::tanh` (libm), the `libm` crate's `erff` where the standard library has none, and
+//! nothing clever: the compiler vectorizes what it can on its own.
 
 /// Softmax of each row of length `n`: max, then `exp(x − m)` stored and summed, then scaled.
 pub fn softmax(x: &[f32], y: &mut [f32], n: usize) {
@@ -70,5 +71,22 @@ pub fn sigmoid(x: &[f32], y: &mut [f32]) {
 pub fn swish(x: &[f32], y: &mut [f32]) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = x / (1.0 + (-x).exp());
+    }
+}
+
+/// `y = gelu(x) = ½x·(1 + erf(x/√2))` element by element, with the `libm` crate's `erff` (the
+/// textbook formula: `1 + erf` cancels for negative `x`, and is 0 below `x ≈ −5.9`).
+pub fn gelu(x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+/// `y = ½x·(1 + tanh(√(2/π)·(x + 0.044715x³)))` element by element, with `f32::tanh`.
+pub fn gelu_tanh(x: &[f32], y: &mut [f32]) {
+    // √(2/π).
+    const C: f32 = 0.797_884_6;
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = 0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh());
     }
 }

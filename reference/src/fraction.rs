@@ -21,6 +21,8 @@ use crate::attention::{AttentionOptions, AttentionShape};
 use crate::check::{walk_activation, walk_attention, walk_exp, walk_gau, walk_softmax, Worst};
 use crate::element::Element;
 use crate::gau::{GauParams, GauShape};
+use crate::gelu::{walk_gelu, walk_gelu_tanh};
+use crate::linear::{walk_linear, Activation};
 use crate::norm::{walk_batch_norm, walk_batch_norm_train, walk_layer_norm, walk_rms_norm, BatchNormTrainOutputs};
 use crate::softmax::MaskedRows;
 
@@ -54,6 +56,32 @@ pub fn exp<E: Element>(x: &[E], got: &[E]) -> f64 {
 /// or the absolute error over `2⁻¹²⁶` where that rule is the looser one.
 pub fn activation<E: Element>(x: &[E], swish: bool, got: &[E]) -> f64 {
     worst(|j| walk_activation(x, swish, got, j))
+}
+
+/// The fraction of the bound of [`crate::check_gelu`] (same arguments): ulps over 6, or the
+/// absolute error over `2⁻¹²⁶` where that rule is the looser one.
+pub fn gelu<E: Element>(x: &[E], got: &[E]) -> f64 {
+    worst(|j| walk_gelu(x, got, j))
+}
+
+/// The fraction of the bound of [`crate::check_gelu_tanh`] (same arguments): ulps over
+/// `4 + 3|v|`, or the absolute error over `2⁻¹²⁶` where that rule is the looser one.
+pub fn gelu_tanh<E: Element>(x: &[E], got: &[E]) -> f64 {
+    worst(|j| walk_gelu_tanh(x, got, j))
+}
+
+/// The fraction of the bound of [`crate::check_linear`] (same arguments).
+#[allow(clippy::too_many_arguments)]
+pub fn linear<E: Element>(
+    x: &[E],
+    w: &[f32],
+    shape: (usize, usize),
+    bias: Option<&[f32]>,
+    activation: Activation,
+    residual: Option<&[E]>,
+    got: &[E],
+) -> f64 {
+    worst(|j| walk_linear(x, w, shape, bias, activation, residual, got, j))
 }
 
 /// The fraction of the bound of [`crate::check_attention`] (same arguments), over the output

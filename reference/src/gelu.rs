@@ -1,7 +1,7 @@
 //! GELU in f64, in its two forms, and the checks of `kernels::gelu` and `kernels::gelu_tanh`.
 
-use crate::check::Mismatch;
-use crate::element::{accepts, widen, Bound, Element};
+use crate::check::{FirstMismatch, Judge, Mismatch};
+use crate::element::{widen, Bound, Element};
 
 /// `gelu(x) = x·Φ(x)` of each element in f64, `Φ(x) = erfc(−x/√2)/2` (the tail computed as
 /// such, so the negative half keeps its relative precision), with the limit `gelu(−∞) = −0`.
@@ -43,9 +43,14 @@ pub fn gelu_tanh(x: &[f32]) -> Vec<f64> {
 /// within 2⁻¹²⁶ where the exact magnitude is below 2⁻¹²⁶; NaN for NaN. `x` and `got` are in the
 /// storage type `E` (for f16 and bf16, the bound plus one rounding to `E`).
 pub fn check_gelu<E: Element>(x: &[E], got: &[E]) -> Result<(), Mismatch> {
+    walk_gelu(x, got, &mut FirstMismatch)
+}
+
+/// The walk of [`check_gelu`].
+pub(crate) fn walk_gelu<E: Element>(x: &[E], got: &[E], judge: &mut impl Judge) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     let x = widen(x);
-    check(&gelu(&x), got, |_| 6)
+    walk(&gelu(&x), got, |_| 6, judge)
 }
 
 /// Checks `kernels::gelu_tanh`: every element within `4 + 3|v|` ulp of the f64 value rounded
@@ -53,24 +58,37 @@ pub fn check_gelu<E: Element>(x: &[E], got: &[E]) -> Result<(), Mismatch> {
 /// its relative error where `v` is negative), or within 2⁻¹²⁶ where the exact magnitude is below
 /// 2⁻¹²⁶; NaN for NaN.
 pub fn check_gelu_tanh<E: Element>(x: &[E], got: &[E]) -> Result<(), Mismatch> {
+    walk_gelu_tanh(x, got, &mut FirstMismatch)
+}
+
+/// The walk of [`check_gelu_tanh`].
+pub(crate) fn walk_gelu_tanh<E: Element>(x: &[E], got: &[E], judge: &mut impl Judge) -> Result<(), Mismatch> {
     assert_eq!(got.len(), x.len(), "`got` must have the length of `x`");
     let x = widen(x);
-    check(&gelu_tanh(&x), got, |i| {
+    let ulps = |i: usize| {
         let v = gelu_tanh_arg(x[i]).abs();
         if v.is_finite() {
             4 + (3.0 * v).ceil().min(1e12) as u64
         } else {
             4
         }
-    })
+    };
+    walk(&gelu_tanh(&x), got, ulps, judge)
 }
 
 /// Each `got[i]` within `ulps(i)` of `exact[i]`, or 2⁻¹²⁶ absolute below 2⁻¹²⁶.
-fn check<E: Element>(exact: &[f64], got: &[E], ulps: impl Fn(usize) -> u64) -> Result<(), Mismatch> {
+fn walk<E: Element>(
+    exact: &[f64],
+    got: &[E],
+    ulps: impl Fn(usize) -> u64,
+    judge: &mut impl Judge,
+) -> Result<(), Mismatch> {
+    let tiny = f32::MIN_POSITIVE as f64;
     for (index, (&y, &e)) in got.iter().zip(exact).enumerate() {
-        let tiny = e.abs() < f32::MIN_POSITIVE as f64 && accepts(y, e, Bound::Abs(f32::MIN_POSITIVE as f64));
-        if !tiny && !accepts(y, e, Bound::Ulps(ulps(index))) {
-            return Err(Mismatch::new(index, y, e, f64::NAN));
+        if e.abs() < tiny {
+            judge.within_either(index, y, e, Bound::Ulps(ulps(index)), Bound::Abs(tiny))?;
+        } else {
+            judge.within(index, y, e, Bound::Ulps(ulps(index)))?;
         }
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! A fully connected layer in f64, `Y = act(X·W + b) + R`, and the check of `kernels::linear`.
 
-use crate::check::{exact_match, Mismatch, U};
-use crate::element::{accepts, widen, Bound, Element};
+use crate::check::{FirstMismatch, Judge, Mismatch, U};
+use crate::element::{widen, Bound, Element};
 
 /// The activation of a layer (the same set as `kernels::Activation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,6 +147,21 @@ pub fn check_linear<E: Element>(
     residual: Option<&[E]>,
     got: &[E],
 ) -> Result<(), Mismatch> {
+    walk_linear(x, w, (k, n), bias, activation, residual, got, &mut FirstMismatch)
+}
+
+/// The walk of [`check_linear`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_linear<E: Element>(
+    x: &[E],
+    w: &[f32],
+    (k, n): (usize, usize),
+    bias: Option<&[f32]>,
+    activation: Activation,
+    residual: Option<&[E]>,
+    got: &[E],
+    judge: &mut impl Judge,
+) -> Result<(), Mismatch> {
     let r = residual.map(widen);
     let exact = linear(&widen(x), w, (k, n), bias, activation, r.as_deref());
     assert_eq!(got.len(), exact.y.len(), "`got` must have M·N elements");
@@ -156,14 +171,14 @@ pub fn check_linear<E: Element>(
         let (want, z, mag) = (exact.y[index], exact.z[index], exact.magnitude[index]);
         if !z.is_finite() {
             // NaN or ±∞ among the inputs: the f32 sums meet them too.
-            exact_match(index, y, want)?;
+            judge.exact(index, y, want)?;
             continue;
         }
         if mag >= OVERFLOW_GUARD {
             continue;
         }
         if !want.is_finite() {
-            exact_match(index, y, want)?;
+            judge.exact(index, y, want)?;
             continue;
         }
         let slope = activation.max_slope();
@@ -178,9 +193,7 @@ pub fn check_linear<E: Element>(
         if let Some(r) = &r {
             bound += U * (act + own + (r[index] as f64).abs()) + sub;
         }
-        if !accepts(y, want, Bound::Abs(bound)) {
-            return Err(Mismatch::new(index, y, want, bound));
-        }
+        judge.within(index, y, want, Bound::Abs(bound))?;
     }
     Ok(())
 }

@@ -2,8 +2,9 @@
 //! and they measure what the bound allows (a correctly rounded half result reads 0).
 
 use reference::{
-    bf16, check_activation, check_exp, check_layer_norm, check_rms_norm, check_softmax, f16, fraction, layer_norm,
-    rms_norm, softmax, widen, MaskedRows,
+    bf16, check_activation, check_exp, check_gelu, check_gelu_tanh, check_layer_norm, check_linear, check_rms_norm,
+    check_softmax, f16, fraction, gelu, gelu_tanh, layer_norm, linear, rms_norm, softmax, widen, Activation,
+    MaskedRows,
 };
 
 /// Deterministic values in `[lo, hi)`.
@@ -119,4 +120,72 @@ fn norm_fractions_cover_every_output_and_agree_with_the_checks() {
         let ok = check_rms_norm(&x, d, Some(&g), 1e-5, &bad).is_ok();
         assert_eq!(ok, fraction::rms_norm(&x, d, Some(&g), 1e-5, &bad) <= 1.0);
     }
+}
+
+#[test]
+fn gelu_fractions_read_as_ulps_over_the_bound() {
+    let x = values(64, -12.0, 12.0, 7);
+    let y: Vec<f32> = gelu(&x).iter().map(|&v| v as f32).collect();
+    let at = x.iter().position(|&v| v > 1.0).expect("a positive input");
+    assert_eq!(fraction::gelu(&x, &y), 0.0);
+    assert_eq!(fraction::gelu(&x, &nudge(&y, at, 3)), 0.5);
+    for steps in [1, 6, 7, 1000] {
+        let bad = nudge(&y, at, steps);
+        assert_eq!(
+            check_gelu(&x, &bad).is_ok(),
+            fraction::gelu(&x, &bad) <= 1.0,
+            "{steps} ulps"
+        );
+    }
+    let t: Vec<f32> = gelu_tanh(&x).iter().map(|&v| v as f32).collect();
+    assert_eq!(fraction::gelu_tanh(&x, &t), 0.0);
+    // The bound grows with |v| on the negative side: a far negative input allows more ulps.
+    let far = x.iter().position(|&v| v < -4.0).expect("a far negative input");
+    for (at, steps) in [(at, 4), (at, 5), (far, 20), (far, 5000)] {
+        let bad = nudge(&t, at, steps);
+        assert_eq!(
+            check_gelu_tanh(&x, &bad).is_ok(),
+            fraction::gelu_tanh(&x, &bad) <= 1.0,
+            "{steps} ulps at {}",
+            x[at]
+        );
+    }
+    let h: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+    let g: Vec<bf16> = gelu(&widen(&h)).iter().map(|&v| bf16::from_f32(v as f32)).collect();
+    assert_eq!(fraction::gelu(&h, &g), 0.0);
+}
+
+#[test]
+fn linear_fraction_agrees_with_the_check() {
+    let (m, k, n) = (3, 40, 9);
+    let x = values(m * k, -2.0, 2.0, 8);
+    let w = values(k * n, -0.2, 0.2, 9);
+    let b = values(n, -0.5, 0.5, 10);
+    let r = values(m * n, -1.0, 1.0, 11);
+    for act in [Activation::Identity, Activation::Gelu, Activation::GeluTanh] {
+        let exact = linear(&x, &w, (k, n), Some(&b), act, Some(&r));
+        let y: Vec<f32> = exact.y.iter().map(|&v| v as f32).collect();
+        let f = fraction::linear(&x, &w, (k, n), Some(&b), act, Some(&r), &y);
+        assert!(f <= 1.0, "{act:?}: {f}");
+        for steps in [1, 100, 10_000, 1_000_000] {
+            let bad = nudge(&y, 13, steps);
+            let ok = check_linear(&x, &w, (k, n), Some(&b), act, Some(&r), &bad).is_ok();
+            let f = fraction::linear(&x, &w, (k, n), Some(&b), act, Some(&r), &bad);
+            assert_eq!(ok, f <= 1.0, "{act:?}, {steps} ulps: fraction {f}");
+        }
+        let mut nan = y.clone();
+        nan[4] = f32::NAN;
+        assert_eq!(
+            fraction::linear(&x, &w, (k, n), Some(&b), act, Some(&r), &nan),
+            f64::INFINITY
+        );
+    }
+    // A half result that is the exact value correctly rounded reads 0.
+    let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+    let exact = linear(&widen(&xh), &w, (k, n), Some(&b), Activation::Gelu, None);
+    let y: Vec<f16> = exact.y.iter().map(|&v| f16::from_f32(v as f32)).collect();
+    assert_eq!(
+        fraction::linear(&xh, &w, (k, n), Some(&b), Activation::Gelu, None, &y),
+        0.0
+    );
 }

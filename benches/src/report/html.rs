@@ -630,6 +630,7 @@ mod tests {
             unix: 0,
             rounds: 3,
             batch_ms: 1.0,
+            kernels: None,
         };
         let page = write(Some(dir.clone()), &run, &rows, &outcomes).expect("written");
         let html = std::fs::read_to_string(&page).expect("readable");

@@ -22,8 +22,10 @@ pub mod activation;
 pub mod attention;
 mod case;
 pub mod gau;
+pub mod gelu;
 pub mod half;
 mod html;
+pub mod linear;
 mod machine;
 pub mod norm;
 mod output;
@@ -71,9 +73,11 @@ pub fn no_custom(_: &Plan) -> Vec<Custom> {
 pub const FAMILIES: &[Family] = &[
     softmax::FAMILY,
     activation::FAMILY,
+    gelu::FAMILY,
     attention::FAMILY,
     norm::FAMILY,
     gau::FAMILY,
+    linear::FAMILY,
     half::FAMILY,
 ];
 
@@ -161,7 +165,8 @@ pub struct Options {
     /// `--json`: one JSON object per line (the run, every row, every target), nothing else on
     /// stdout.
     pub json: bool,
-    /// `--record`: also write those JSON lines to `benches/records/<machine>-<date>.jsonl`.
+    /// `--record`: also write those JSON lines to `benches/records/<machine>-<date>.jsonl`
+    /// (`…-<kernels>.jsonl` with `--kernel`).
     pub record: bool,
     /// `--html DIR`: where the HTML page goes (default: `report/` in the target directory).
     pub html: Option<PathBuf>,
@@ -205,6 +210,7 @@ the targets met, then the rows; writes an HTML page with charts.
   --json              one JSON object per line (the run, each row, each target), nothing
                       else on stdout
   --record            also write those JSON lines to benches/records/<machine>-<date>.jsonl
+                      (<machine>-<date>-<kernels>.jsonl with --kernel)
   --html DIR          where to write index.html and its charts (default: target/report)
   --kernel NAMES      comma-separated kernels to run, e.g. softmax,exp (roofline: machine rows)
   --isa NAMES         comma-separated ISAs to print, e.g. avx2,avx512 (plain: plain Rust rows)
@@ -370,7 +376,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
         out_offset: opts.out_offset,
         timing,
     };
-    let run = record::Run::now(&ctx, l2, opts.scope);
+    let run = record::Run::now(&ctx, l2, opts.scope, opts.kernels.clone());
 
     // The first line at once: the machine and what the run covers.
     let mut json_lines = vec![run.json()];
@@ -552,11 +558,14 @@ legend:
               bound: <= 1 holds it, ! breaks it (f16/bf16: the one rounding to the type is free). Plain Rust
               rows show theirs for comparison; they are not held to it. \"hard\": inputs hard on purpose.
   xscalar, xplain, xunfused   speed-up over the scalar path, plain Rust (f32::exp loops, two-pass norms),
-              the unfused composition (attention, GAU: the gemm crate around this crate's pieces; add_ln_h:
-              a plain add loop, then layer_norm); medians of per-round ratios, interleaved in one run.
+              the unfused composition (attention, GAU: the gemm crate around this crate's pieces; linear: the
+              gemm crate, then a bias loop and gelu; add_ln_h: a plain add loop, then layer_norm); medians of
+              per-round ratios, interleaved in one run.
   roofline    what the row is held against, measured in the same run: a copy of the same bytes (beyond L2,
               and for norms), the bare vectorized exp of the ISA (softmax-like rows in cache), the FMA peak
-              (attention, GAU); xroof = roofline time / kernel time (1.0 = at the roofline).
+              (attention, GAU, linear); xroof = roofline time / kernel time (1.0 = at the roofline).
+  linear      shape MxK→N: M rows through a K→N layer with bias, `gelu` where it has one, `bf16w` with
+              bf16 weights; weights packed once.
   GB/s        bytes an ideal kernel moves (each input read once, each output written once); time = median
               per call; iqr = interquartile range / median (noise).
   timing      {rounds} rounds of ~{sample:.0} ms batches per contender, order shuffled per round (attention

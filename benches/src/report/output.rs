@@ -44,9 +44,11 @@ pub struct Row {
     /// Speedup over the same kernel on each other measured ISA (median of per-round ratios).
     pub vs_isa: Vec<(String, f64)>,
     /// Speedup over other named baselines of the same run: `gemm` and `matrixmultiply` (the
-    /// unfused attention and GAU compositions), `add+ln` (a plain add loop, then this crate's
-    /// `layer_norm`), `attention plain` (the same ISA's kernel without the row's options:
-    /// causal, padding, P/S), `f32` (a half-typed row against the f32 kernel).
+    /// unfused attention, GAU and linear compositions), `add+ln` (a plain add loop, then this
+    /// crate's `layer_norm`), `attention plain` (the same ISA's kernel without the row's
+    /// options: causal, padding, P/S), `f32` (a half-typed row against the f32 kernel),
+    /// `copy` (linear at M = 16: the copy of the packed weights' bytes), `f32 weights` (a
+    /// linear row with bf16 weights against the same kernel with f32 weights).
     pub vs: Vec<(String, f64)>,
     /// What the row is held against, e.g. `copy(avx512, ordinary stores)` or `exp(avx512)`.
     pub roofline: Option<String>,
@@ -245,7 +247,7 @@ const COLUMNS: [(&str, usize, bool); 15] = [
     ("kernel", 11, false),
     ("isa", 6, false),
     ("type", 4, false),
-    ("shape", 20, false),
+    ("shape", 24, false),
     ("GB/s", 6, true),
     ("Gelem/s", 7, true),
     ("GFLOP/s", 7, true),

@@ -26,11 +26,13 @@ pub struct Run {
     pub rounds: usize,
     /// Batch length in milliseconds.
     pub batch_ms: f64,
+    /// The kernels of `--kernel`, if the run is restricted to some.
+    pub kernels: Option<Vec<String>>,
 }
 
 impl Run {
     /// The run starting now in `ctx`.
-    pub fn now(ctx: &Context, l2: Option<usize>, scope: Scope) -> Run {
+    pub fn now(ctx: &Context, l2: Option<usize>, scope: Scope, kernels: Option<Vec<String>>) -> Run {
         Run {
             cpu: crate::roofline::cpu_name(),
             l2,
@@ -39,6 +41,7 @@ impl Run {
             unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             rounds: ctx.timing.rounds,
             batch_ms: ctx.timing.sample_ns / 1e6,
+            kernels,
         }
     }
 
@@ -113,6 +116,15 @@ impl Run {
         o.num("rounds", Some(self.rounds as f64));
         o.num("batch_ms", Some(self.batch_ms));
         o.str("version", env!("CARGO_PKG_VERSION"));
+        if let Some(k) = &self.kernels {
+            o.raw(
+                "kernels",
+                &format!(
+                    "[{}]",
+                    k.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(",")
+                ),
+            );
+        }
         o.finish()
     }
 }
@@ -148,12 +160,21 @@ pub fn folder() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("records")
 }
 
-/// Writes `lines` to `benches/records/<machine>-<date>.jsonl` (replacing a record of the same
-/// machine and day); returns the path.
+/// The record's file name: `<machine>-<date>.jsonl`, or `<machine>-<date>-<kernels>.jsonl` for a
+/// run restricted by `--kernel` (so that it does not replace the whole run of the same day).
+pub fn file_name(run: &Run) -> String {
+    match &run.kernels {
+        Some(k) => format!("{}-{}-{}.jsonl", run.machine(), run.date(), k.join("-")),
+        None => format!("{}-{}.jsonl", run.machine(), run.date()),
+    }
+}
+
+/// Writes `lines` to `benches/records/` under [`file_name`] (replacing a record of the same
+/// machine, day and kernels); returns the path.
 pub fn write(run: &Run, lines: &[String]) -> std::io::Result<PathBuf> {
     let dir = folder();
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{}.jsonl", run.machine(), run.date()));
+    let path = dir.join(file_name(run));
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
     for line in lines {
         writeln!(file, "{line}")?;
@@ -172,6 +193,24 @@ mod tests {
         assert_eq!(civil_date(951_782_400), (2000, 2, 29));
         assert_eq!(civil_date(1_709_164_800), (2024, 2, 29));
         assert_eq!(civil_date(1_798_761_599), (2026, 12, 31));
+    }
+
+    #[test]
+    fn runs_of_some_kernels_have_files_of_their_own() {
+        let mut run = Run {
+            cpu: "AMD EPYC".to_string(),
+            l2: None,
+            isas: vec!["avx512".to_string(), "scalar".to_string()],
+            scope: Scope::Full,
+            unix: 0,
+            rounds: 1,
+            batch_ms: 1.0,
+            kernels: None,
+        };
+        assert_eq!(file_name(&run), "amd-epyc-avx512-1970-01-01.jsonl");
+        run.kernels = Some(vec!["linear".to_string(), "gelu".to_string()]);
+        assert_eq!(file_name(&run), "amd-epyc-avx512-1970-01-01-linear-gelu.jsonl");
+        assert!(run.json().contains(r#""kernels":["linear","gelu"]"#), "{}", run.json());
     }
 
     #[test]

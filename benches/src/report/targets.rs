@@ -13,6 +13,7 @@
 
 use super::attention;
 use super::gau;
+use super::linear;
 use super::output::{JsonObject, Row};
 
 /// What a target asks of its figure on every row it reads.
@@ -255,6 +256,40 @@ fn gau_causal(r: &Row) -> bool {
     f32_rows(r) && gau::parse_shape(&r.shape).is_some_and(|(_, causal)| causal)
 }
 
+/// A linear row's `(M, GELU, bf16 weights)`.
+fn linear_shape(r: &Row) -> Option<(usize, bool, bool)> {
+    let (m, (_, _, gelu), bf16) = linear::parse_shape(&r.shape)?;
+    Some((m, gelu, bf16))
+}
+
+fn linear_large(r: &Row) -> bool {
+    f32_rows(r) && linear_shape(r).is_some_and(|(m, _, _)| m >= 128)
+}
+
+fn linear_large_gelu(r: &Row) -> bool {
+    f32_rows(r) && linear_shape(r).is_some_and(|(m, gelu, bf16)| m >= 128 && gelu && !bf16)
+}
+
+fn linear_large_identity(r: &Row) -> bool {
+    f32_rows(r) && linear_shape(r).is_some_and(|(m, gelu, bf16)| m >= 128 && !gelu && !bf16)
+}
+
+fn linear_small_f32_weights(r: &Row) -> bool {
+    f32_rows(r) && linear_shape(r).is_some_and(|(m, _, bf16)| m == 16 && !bf16)
+}
+
+fn linear_small_bf16_weights(r: &Row) -> bool {
+    f32_rows(r) && linear_shape(r).is_some_and(|(m, _, bf16)| m == 16 && bf16)
+}
+
+fn vs_copy(r: &Row, _: &[Row]) -> Option<f64> {
+    r.vs("copy")
+}
+
+fn vs_f32_weights(r: &Row, _: &[Row]) -> Option<f64> {
+    r.vs("f32 weights")
+}
+
 fn norm_in_cache(r: &Row) -> bool {
     f32_rows(r) && !beyond_l2(r) && r.input.is_none()
 }
@@ -270,6 +305,8 @@ const HALF_MEMORY_BOUND: &[&str] = &[
     "exp",
     "sigmoid",
     "swish",
+    "gelu",
+    "gelu_tanh",
     "layer_norm",
     "add_ln_h",
     "rms_norm",
@@ -318,6 +355,47 @@ pub const TARGETS: &[Target] = &[
         rows: f32_in_cache_vs_exp,
         value: vs_avx2,
         goal: Goal::AtLeast(1.6),
+        unit: Unit::Times,
+    },
+    // GELU: in cache about an exp's cost; beyond L2 at the memory's speed.
+    Target {
+        kernels: &["gelu", "gelu_tanh"],
+        isas: Isas::All,
+        measures: "time per element ÷ the bare exp of the same ISA, in cache",
+        label: "÷exp",
+        rows: f32_in_cache_vs_exp,
+        value: per_roof,
+        goal: Goal::AtMost(1.5),
+        unit: Unit::Times,
+    },
+    Target {
+        kernels: &["gelu", "gelu_tanh"],
+        isas: Isas::All,
+        measures: "fraction of the same-run copy beyond L2",
+        label: "copy",
+        rows: f32_beyond_l2_vs_copy,
+        value: roof,
+        goal: Goal::AtLeast(0.85),
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["gelu"],
+        isas: Isas::All,
+        measures: "speed-up over plain Rust (libm's erff in ½x·(1 + erf(x/√2)))",
+        label: "xplain",
+        rows: any_f32,
+        value: vs_plain,
+        goal: Goal::None,
+        unit: Unit::Times,
+    },
+    Target {
+        kernels: &["gelu_tanh"],
+        isas: Isas::All,
+        measures: "speed-up over plain Rust (f32::tanh in the tanh formula)",
+        label: "xplain",
+        rows: any_f32,
+        value: vs_plain,
+        goal: Goal::None,
         unit: Unit::Times,
     },
     // The LayerNorm family.
@@ -581,6 +659,68 @@ pub const TARGETS: &[Target] = &[
         label: "xunpacked",
         rows: gau_dense,
         value: vs_unpacked,
+        goal: Goal::None,
+        unit: Unit::Times,
+    },
+    // Linear: compute-bound from M = 128 on; at M = 16 it streams its weights.
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "fraction of the same-run FMA peak, M ≥ 128 (f32 and bf16 weights)",
+        label: "fma",
+        rows: linear_large,
+        value: roof,
+        goal: Goal::AtLeast(0.85),
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "speed-up over the gemm crate then a separate bias loop and GELU pass (this crate's gelu, \
+                   same ISA), GELU layers, M ≥ 128",
+        label: "xgemm",
+        rows: linear_large_gelu,
+        value: vs_gemm,
+        goal: Goal::AtLeast(1.1),
+        unit: Unit::Times,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "weight bytes per second ÷ the same-run copy bandwidth of that many bytes, M = 16, f32 weights",
+        label: "w copy",
+        rows: linear_small_f32_weights,
+        value: vs_copy,
+        goal: Goal::AtLeast(0.7),
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "bf16-weight speed-up over f32 weights, M = 16",
+        label: "bf16w÷f32w",
+        rows: linear_small_bf16_weights,
+        value: vs_f32_weights,
+        goal: Goal::None,
+        unit: Unit::Times,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "weight bytes per second ÷ the same-run copy bandwidth of that many bytes, M = 16, bf16 weights",
+        label: "bf16w copy",
+        rows: linear_small_bf16_weights,
+        value: vs_copy,
+        goal: Goal::None,
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "speed-up over the gemm crate then a separate bias loop, layers without activation, M ≥ 128",
+        label: "xgemm id",
+        rows: linear_large_identity,
+        value: vs_gemm,
         goal: Goal::None,
         unit: Unit::Times,
     },
