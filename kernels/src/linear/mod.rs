@@ -43,7 +43,7 @@
 //! (`K·NR` weights) is read from memory once and from L2 for the other rows, and `X` streams.
 //! The finished tile gets the bias, the activation and the residual in registers and is
 //! stored once. bf16 weights are packed in pairs of vectors, each 32-bit word holding a
-//! column of one vector in its high half and of the next in its low half, so that one load
+//! column of one vector in its low half and of the next in its high half, so that one load
 //! and two integer operations give two vectors. Half-typed `X` is widened into a stack
 //! buffer a block of rows and `k` at a time. Nothing is allocated per call.
 
