@@ -45,7 +45,7 @@
 //!   shorter ones with the lanes across positions, down the rows in chunks of 16.
 //!
 //! No choice changes a value: a row's bits depend on its values only, not on the call's size,
-//! plan or stores. Measurements: `benches/records/norm-ab-2026-11-27.jsonl`.
+//! plan or stores.
 //!
 //! # Error bound
 //!
