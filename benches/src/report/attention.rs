@@ -28,11 +28,27 @@
 //! scores output included); `max_rel` (in `--json`) is `max |O − Ô| / Σ_j ŵ_ij·|V_jd|`, the
 //! error relative to the magnitude the output averages. The compositions are checked the same way
 //! (a wrong baseline would make every ratio wrong).
+//!
+//! # Strided views
+//!
+//! Rows `strided D=… L=…`: `Kernels::attention_args` at B = 1, H = 12, Lq = Lk = L ∈ {128, 512},
+//! Dk = Dv = D ∈ {64, 32} (BERT-base, MiniLM; `--quick`: D = 32, L = 128 only), with Q, K and
+//! V read in place from one fused QKV projection `[B, L, 3·H·D]` and O written into
+//! `[B, L, H·D]` (what an encoder layer hands to its output projection). Timed interleaved, on
+//! each printed vector ISA: the strided call, the contiguous `Kernels::attention` on
+//! `[B, H, L, D]` copies of the same Q, K, V, and the FMA peak. The row shows the strided
+//! call's GFLOP/s and fraction of the FMA peak (D = 32 beside D = 64 at each L: narrow heads
+//! should not waste work on the 64-key tiles), and in [`Row::vs`] (`contiguous`) the speed-up
+//! over the contiguous call, a per-round ratio; the target reads its inverse,
+//! time(strided) ÷ time(contiguous). The strided output must equal the contiguous one bit for
+//! bit (both are filled with NaN first, so both calls must write every element), else the row
+//! fails; the error against the oracle is that of the contiguous output on the sampled rows
+//! above. The scalar path is not run on these rows.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use kernels::{AttentionOptions, AttentionShape, AttentionWorkspace, Isa};
+use kernels::{AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, Isa, Kernels, Layout};
 
 use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
@@ -148,7 +164,42 @@ fn custom(plan: &Plan) -> Vec<Custom> {
             });
         }
     }
+    for &(len, dim) in plan.pick(&STRIDED, &STRIDED, &STRIDED_QUICK) {
+        cases.push(Custom {
+            kernel: "attention",
+            shape: strided_name(dim, len),
+            measure: Box::new(move |ctx| measure_strided(len, dim, ctx)),
+        });
+    }
     cases
+}
+
+/// Query heads (as many K/V heads) of the strided rows: BERT-base and MiniLM-L12.
+pub const STRIDED_HEADS: usize = 12;
+/// The strided cases, `(L, D)`: each length's two head sizes side by side.
+const STRIDED: [(usize, usize); 4] = [(128, 64), (128, 32), (512, 64), (512, 32)];
+const STRIDED_QUICK: [(usize, usize); 1] = [(128, 32)];
+/// The name in [`Row::vs`] of the contiguous call at the same shape.
+pub const CONTIGUOUS: &str = "contiguous";
+
+fn strided_name(dim: usize, len: usize) -> String {
+    format!("strided D={dim} L={len}")
+}
+
+/// `(D, L)` of a strided row's shape.
+pub fn parse_strided(shape: &str) -> Option<(usize, usize)> {
+    let (variant, len) = parse_shape(shape)?;
+    Some((variant.strip_prefix("strided D=")?.parse().ok()?, len))
+}
+
+/// Whether `r` is an f32 row of attention on strided views.
+pub fn strided_row(r: &Row) -> bool {
+    r.dtype == "f32" && parse_strided(&r.shape).is_some()
+}
+
+/// A strided row's time ÷ the contiguous call's at the same shape.
+pub fn time_vs_contiguous(r: &Row, _: &[Row]) -> Option<f64> {
+    Some(1.0 / r.vs(CONTIGUOUS)?)
 }
 
 /// Buffer indices in [`Bench::bufs`].
@@ -652,6 +703,196 @@ fn measure(variant: Variant, len: usize, ctx: &Context) -> Result<Vec<Row>, Repo
     Ok(rows)
 }
 
+/// One thing timed in a strided case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StridedContender {
+    /// `attention_args` of `ctx.kernels[i]` on the fused QKV buffer.
+    Strided(usize),
+    /// `attention` of `ctx.kernels[i]` on the contiguous copies.
+    Contiguous(usize),
+    /// The FMA-peak loop of an ISA.
+    Fma(Isa),
+}
+
+/// Buffer indices in the strided case's second [`Staggered`].
+const QKV: usize = 0;
+const OUT: usize = 1;
+
+/// Attention of `kernels` reading Q, K, V in place from `fused[QKV]` (`[B = 1, L, 3·H·D]`) and
+/// writing O into `fused[OUT]` (`[L, H·D]`).
+fn run_strided(
+    kernels: Kernels,
+    shape: &AttentionShape,
+    fused: &mut Staggered,
+    workspace: &mut AttentionWorkspace,
+) -> Result<(), String> {
+    let (l, h, d) = (shape.q_len, shape.heads, shape.head_dim);
+    let [qkv, out]: [&mut [f32]; 2] = fused.all_mut().try_into().expect("two buffers");
+    let qkv = black_box(&*qkv);
+    let block = |b: usize| Layout::tokens_first(l, 3 * h * d, b * h * d, d);
+    let args = AttentionArgs {
+        shape: *shape,
+        q: qkv,
+        q_layout: block(0),
+        k: qkv,
+        k_layout: block(1),
+        v: qkv,
+        v_layout: block(2),
+        out,
+        out_layout: Layout::tokens_first(l, h * d, 0, d),
+        scores: None,
+        options: AttentionOptions::default(),
+    };
+    kernels.attention_args(args, workspace).map_err(|e| e.to_string())?;
+    black_box(fused.get(OUT).as_ptr());
+    Ok(())
+}
+
+/// The first element where the strided output `[L, H·D]` and the contiguous `[H, L, D]`
+/// differ in bits: `(head, row, column, strided, contiguous)`.
+fn first_difference(
+    strided: &[f32],
+    contiguous: &[f32],
+    shape: &AttentionShape,
+) -> Option<(usize, usize, usize, f32, f32)> {
+    let (l, h, d) = (shape.q_len, shape.heads, shape.value_dim);
+    (0..h)
+        .flat_map(|hh| (0..l).map(move |ll| (hh, ll)))
+        .find_map(|(hh, ll)| {
+            let s = &strided[(ll * h + hh) * d..][..d];
+            let c = &contiguous[(hh * l + ll) * d..][..d];
+            (0..d)
+                .find(|&j| s[j].to_bits() != c[j].to_bits())
+                .map(|j| (hh, ll, j, s[j], c[j]))
+        })
+}
+
+fn measure_strided(len: usize, dim: usize, ctx: &Context) -> Result<Vec<Row>, ReportError> {
+    let what = format!("attention {}", strided_name(dim, len));
+    let fail = |msg: String| ReportError::new(format!("{what}: {msg}"));
+
+    let heads = STRIDED_HEADS;
+    let shape = AttentionShape::self_attention(1, heads, len, dim);
+    let n = heads * len * dim;
+    let mut bufs = Staggered::new(&[n, n, n, 0, n, 0]);
+    for (buf, seed) in [(Q, 0x5eed_0b01), (K, 0x5eed_0b02), (V, 0x5eed_0b03)] {
+        bufs.get_mut(buf).copy_from_slice(&data::uniform(n, -1.0, 1.0, seed));
+    }
+    // The same Q, K, V as the three column blocks of one fused projection [L, 3·H·D].
+    let width = 3 * heads * dim;
+    let mut fused = Staggered::new(&[len * width, n]);
+    for (block, buf) in [Q, K, V].into_iter().enumerate() {
+        let (src, qkv) = (bufs.get(buf), fused.get_mut(QKV));
+        for h in 0..heads {
+            for l in 0..len {
+                qkv[l * width + (block * heads + h) * dim..][..dim].copy_from_slice(&src[(h * len + l) * dim..][..dim]);
+            }
+        }
+    }
+    let mut bench = Bench {
+        ctx,
+        variant: Variant::Plain,
+        shape,
+        lens: [len],
+        bufs,
+        workspaces: ctx
+            .kernels
+            .iter()
+            .map(|_| AttentionWorkspace::for_shape(&shape))
+            .collect(),
+        compositions: Vec::new(),
+    };
+    let samples: Vec<Sample> = [0, heads - 1].iter().map(|&h| Sample::new(&bench, h)).collect();
+
+    let vector: Vec<usize> = (0..ctx.kernels.len())
+        .filter(|&i| ctx.kernels[i].isa() != Isa::Scalar && ctx.printed.contains(&ctx.kernels[i].isa()))
+        .collect();
+    let contenders: Vec<StridedContender> = vector
+        .iter()
+        .flat_map(|&i| {
+            [
+                StridedContender::Strided(i),
+                StridedContender::Contiguous(i),
+                StridedContender::Fma(ctx.kernels[i].isa()),
+            ]
+        })
+        .collect();
+    if contenders.is_empty() {
+        return Ok(Vec::new());
+    }
+
+    // Each ISA once, both outputs filled with NaN first: the contiguous output is checked
+    // against the oracle, the strided one against it bit for bit.
+    let mut checked = Vec::new();
+    for &i in &vector {
+        let isa = ctx.kernels[i].isa();
+        bench.bufs.get_mut(O).fill(f32::NAN);
+        fused.get_mut(OUT).fill(f32::NAN);
+        bench
+            .run(Contender::Kernel(i))
+            .map_err(|e| fail(format!("contiguous kernel on {isa}: {e}")))?;
+        run_strided(ctx.kernels[i], &shape, &mut fused, &mut bench.workspaces[i])
+            .map_err(|e| fail(format!("strided kernel on {isa}: {e}")))?;
+        if let Some((h, l, d, s, c)) = first_difference(fused.get(OUT), bench.bufs.get(O), &shape) {
+            return Err(fail(format!(
+                "on {isa} the strided output differs from the contiguous one at head {h}, row {l}, column {d}: \
+                 {s:e} vs {c:e}"
+            )));
+        }
+        checked.push(check_all(&samples, &bench));
+    }
+
+    let samples_ns = timing::interleaved(contenders.len(), &ctx.timing, |c| {
+        // Each ran above; a failure here cannot differ from the first call's.
+        let _ = match contenders[c] {
+            StridedContender::Strided(i) => run_strided(ctx.kernels[i], &shape, &mut fused, &mut bench.workspaces[i]),
+            StridedContender::Contiguous(i) => bench.run(Contender::Kernel(i)),
+            StridedContender::Fma(isa) => bench.run(Contender::Fma(isa)),
+        };
+    });
+
+    let flops = (4 * dim * heads * len * len) as f64;
+    let at = |c: StridedContender| contenders.iter().position(|&x| x == c);
+    let mut rows = Vec::new();
+    for (&i, checked) in vector.iter().zip(&checked) {
+        let isa = ctx.kernels[i].isa();
+        let c = at(StridedContender::Strided(i)).expect("a strided contender per ISA");
+        let contiguous = at(StridedContender::Contiguous(i)).expect("a contiguous contender per ISA");
+        let fma = at(StridedContender::Fma(isa)).expect("an FMA peak per ISA");
+        let median = samples_ns.median(c);
+        let scale = flops / fma_call_flops(isa);
+        let vs_isa = vector
+            .iter()
+            .filter(|&&j| j != i)
+            .filter_map(|&j| {
+                let o = at(StridedContender::Strided(j))?;
+                Some((ctx.kernels[j].isa().to_string(), samples_ns.speedup(c, o)))
+            })
+            .collect();
+        rows.push(Row {
+            kernel: "attention".to_string(),
+            isa: isa.to_string(),
+            dtype: "f32".to_string(),
+            shape: strided_name(dim, len),
+            bytes: Some((4 * n * std::mem::size_of::<f32>()) as f64),
+            flops: Some(flops),
+            ns_per_iter: median,
+            max_rel_err: Some(checked.max_rel),
+            bound_fraction: Some(checked.fraction),
+            within_bound: Some(checked.fraction <= 1.0),
+            vs_isa,
+            vs: vec![(CONTIGUOUS.to_string(), samples_ns.speedup(c, contiguous))],
+            roofline: Some(roofline::fma_name(isa)),
+            roofline_ns_per_iter: Some(samples_ns.min(fma) * scale),
+            roofline_ratio: Some(fma_ratio(samples_ns.min(fma), median, scale)),
+            rel_iqr: samples_ns.rel_iqr(c),
+            rounds: samples_ns.rounds(),
+            ..Row::default()
+        });
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,5 +904,62 @@ mod tests {
         }
         assert_eq!(Variant::Causal.pairs(4), 10);
         assert_eq!(Variant::Padded.pairs(8), 48);
+    }
+
+    #[test]
+    fn strided_shapes_parse_back_and_are_no_variant() {
+        for &(len, dim) in STRIDED.iter().chain(&STRIDED_QUICK) {
+            let name = strided_name(dim, len);
+            assert_eq!(parse_strided(&name), Some((dim, len)));
+            let (variant, _) = parse_shape(&name).expect("parses as an attention shape");
+            assert!(!Variant::ALL.iter().any(|v| v.name() == variant), "{name}");
+        }
+        assert_eq!(parse_strided(&shape_name(Variant::Plain, 512)), None);
+    }
+
+    #[test]
+    fn strided_and_contiguous_outputs_compare_by_position() {
+        let shape = AttentionShape::self_attention(1, 2, 3, 2);
+        // Contiguous [H, L, D] holding h·100 + l·10 + d; strided [L, H·D] the same values.
+        let contiguous: Vec<f32> = (0..12)
+            .map(|i| ((i / 6) * 100 + (i / 2 % 3) * 10 + i % 2) as f32)
+            .collect();
+        let mut strided: Vec<f32> = (0..12)
+            .map(|i| ((i / 2 % 2) * 100 + (i / 4) * 10 + i % 2) as f32)
+            .collect();
+        assert_eq!(first_difference(&strided, &contiguous, &shape), None);
+        strided[4 * 2 + 2 + 1] = -0.0; // l = 2, h = 1, d = 1
+        let diff = first_difference(&strided, &contiguous, &shape);
+        assert_eq!(diff.map(|(h, l, d, ..)| (h, l, d)), Some((1, 2, 1)));
+    }
+
+    #[test]
+    fn strided_views_give_the_contiguous_output_bit_for_bit() {
+        // Two heads of 32 over 70 keys: a partial 64-key tile on every ISA.
+        let (heads, len, dim) = (2, 70, 32);
+        let shape = AttentionShape::self_attention(1, heads, len, dim);
+        let n = heads * len * dim;
+        let qkv = data::uniform(3 * n, -1.0, 1.0, 7);
+        let width = 3 * heads * dim;
+        // The contiguous [H, L, D] copies of the fused buffer's three blocks.
+        let block = |b: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| qkv[(i / dim % len) * width + (b * heads + i / (len * dim)) * dim + i % dim])
+                .collect()
+        };
+        let (q, k, v) = (block(0), block(1), block(2));
+        for isa in Isa::ALL {
+            let Ok(kern) = Kernels::for_isa(isa) else { continue };
+            let mut fused = Staggered::new(&[len * width, n]);
+            fused.get_mut(QKV).copy_from_slice(&qkv);
+            fused.get_mut(OUT).fill(f32::NAN);
+            let mut ws = AttentionWorkspace::new();
+            run_strided(kern, &shape, &mut fused, &mut ws).expect("strided call");
+            let mut out = vec![f32::NAN; n];
+            let opts = AttentionOptions::default();
+            kern.attention(&shape, &q, &k, &v, &mut out, None, &opts, &mut ws)
+                .expect("contiguous call");
+            assert_eq!(first_difference(fused.get(OUT), &out, &shape), None, "{isa}");
+        }
     }
 }

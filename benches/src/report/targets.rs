@@ -581,6 +581,27 @@ pub const TARGETS: &[Target] = &[
         goal: Goal::None,
         unit: Unit::Fraction,
     },
+    Target {
+        kernels: &["attention"],
+        isas: Isas::All,
+        measures:
+            "strided views (Q, K, V in one fused QKV buffer, O in [B, L, H·D]): time ÷ contiguous at the same shape",
+        label: "strided",
+        rows: attention::strided_row,
+        value: attention::time_vs_contiguous,
+        goal: Goal::AtMost(1.05),
+        unit: Unit::Times,
+    },
+    Target {
+        kernels: &["attention"],
+        isas: Isas::All,
+        measures: "fraction of the same-run FMA peak on strided views, H=12, heads of 32 beside heads of 64",
+        label: "strided fma",
+        rows: attention::strided_row,
+        value: roof,
+        goal: Goal::None,
+        unit: Unit::Fraction,
+    },
     // The gated attention unit.
     Target {
         kernels: &["gau"],
