@@ -15,7 +15,8 @@ use std::sync::OnceLock;
 /// `add_layer_norm`, `rms_norm`, `add_rms_norm` and their in-place and `with_stats` forms),
 /// and by the `h` output of the add forms, on AVX2 and AVX-512, in rows of at least 512
 /// values. The scalar and NEON paths, the half types, the in-place `h` (written over the `x`
-/// just read) and every other kernel always store ordinarily.
+/// just read) and every other kernel always store ordinarily. The kernel module docs
+/// (`norm`) give the measurements.
 /// The choice changes where the output is in the memory hierarchy, never its value: the
 /// results are the same bit for bit.
 ///
@@ -94,6 +95,24 @@ pub fn last_level_cache() -> Option<usize> {
 pub fn level2_cache() -> Option<usize> {
     static SIZE: OnceLock<Option<usize>> = OnceLock::new();
     *SIZE.get_or_init(|| detect(Some(2)))
+}
+
+/// Whether the CPU runs PREFETCHW ([`Simd::prefetch_write`](crate::simd::Simd::prefetch_write)):
+/// CPUID `0x8000_0001` ECX bit 8 (PRFCHW, "3DNowPrefetch"), read once.
+pub(crate) fn prefetchw() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid_count;
+            // CPUID is safe on x86-64 (see `detect`).
+            #[allow(unused_unsafe)]
+            let cpuid = |leaf: u32| unsafe { __cpuid_count(leaf, 0) };
+            cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & (1 << 8) != 0
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
 }
 
 /// The largest data or unified cache of CPUID's deterministic cache parameters, of `level`

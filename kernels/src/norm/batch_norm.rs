@@ -1,20 +1,28 @@
-//! BatchNorm over `[N, C, S]` (`S` the spatial positions, flattened; 1 for `[N, C]`):
-//! inference with running statistics, training with batch statistics.
+//! BatchNorm over `[N, C, S]` (S: the spatial positions, flattened; 1 for `[N, C]`):
+//! inference with running statistics, and training with batch statistics.
 //!
-//! A channel's values are `N` segments of `S` contiguous values, `C·S` apart. Training reads
-//! long segments (at least four chunk steps) as LayerNorm reads rows. Short ones (down to
-//! `S = 1`, a column of `[N, C]`) go with the lanes across positions: a run of whole
-//! channels of at most `ACC·LANES` positions per row is read down the rows in chunks of
-//! [`STEPS`] rows, two-pass per position, and the positions of a channel merged in f64; the
-//! normalize sweep of a group of channels follows its statistics while the group is in cache.
+//! # Layout of the work
+//!
+//! A channel's values are `N` segments of `S` contiguous floats, `C·S` apart. When segments
+//! are long (`S ≥ 4·ACC·LANES`), each one goes through the row machinery of LayerNorm (the
+//! chunked two-pass sweep, merged per segment in f64) and is normalized with per-channel
+//! constants broadcast. When they are short (down to `S = 1`, where a channel is a column of an
+//! `[N, C]` matrix), the lanes run across the positions instead: a block of `ACC·LANES`
+//! consecutive positions is swept down the `N` rows with one Welford recurrence per position
+//! (shifted by the first row's value), each position's moments go to f64 after every chunk
+//! of [`STEPS`] rows, and the positions of a channel are merged with Chan's formula. Channels
+//! are processed in groups whose positions form one contiguous run of at most
+//! `4·ACC·LANES` floats per row, so that the normalize sweep of a group follows its statistics
+//! while the group is still in cache.
 
-use super::rows::{check_eps, check_len, check_opt, mut_ptr_of, ptr_of, RowStats};
-use super::source::{for_each_vector, load_n, store_n, Plain};
-use super::stats::{moments, rstd_of, Affine, Idle, Moments, Trail, ACC, STEPS};
+use super::{
+    check_eps, check_len, check_opt, for_each_vector, load_n, moments, mut_ptr_of, ptr_of, rstd_of, store_n, Affine,
+    Idle, Moments, Plain, RowStats, ACC, MAX_LANES, RECIP, STEPS,
+};
 use crate::dispatch::Kernels;
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
-use crate::simd::{Simd, MAX_LANES};
+use crate::simd::Simd;
 
 /// Options of [`batch_norm`](crate::batch_norm()) and
 /// [`batch_norm_train`](crate::batch_norm_train()).
@@ -61,71 +69,64 @@ pub(crate) struct BatchNormCall<E> {
     pub rstd: *mut f32,
 }
 
-/// `running_mean` and `running_var` with their lengths: written in training only.
-type Running = [(*mut f32, usize); 2];
-
-/// The running statistics of an inference call, never written.
-fn read_only(mean: &[f32], var: &[f32]) -> Running {
-    [
-        (mean.as_ptr().cast_mut(), mean.len()),
-        (var.as_ptr().cast_mut(), var.len()),
-    ]
+/// The arguments of a BatchNorm call before validation.
+struct BatchArgs<'a, 's, E> {
+    x: (*const E, usize),
+    y: (*mut E, usize),
+    shape: [usize; 3],
+    running: (*mut f32, usize, *mut f32, usize),
+    opts: BatchNormOptions<'a>,
+    train: bool,
+    stats: RowStats<'s>,
 }
 
 impl Kernels {
-    /// Validates (every argument before anything is written) and runs a BatchNorm call;
-    /// training where `train` holds the per-channel outputs.
-    fn batch_norm_call<E: Element>(
-        &self,
-        (x, y): ((*const E, usize), (*mut E, usize)),
-        shape: [usize; 3],
-        running: Running,
-        opts: &BatchNormOptions,
-        train: Option<RowStats>,
-    ) -> Result<(), Error> {
-        let [n, c, sp] = shape;
+    fn batch_norm_call<E: Element>(&self, a: BatchArgs<E>) -> Result<(), Error> {
+        let [n, c, sp] = a.shape;
         let len = n
             .checked_mul(c)
             .and_then(|v| v.checked_mul(sp))
-            .ok_or_else(|| Error::shape("shape", "N·C·S within usize", format!("{shape:?}")))?;
-        check_len("x", x.1, len, "N·C·S")?;
-        check_len("out", y.1, len, "as x")?;
-        check_len("running_mean", running[0].1, c, "C")?;
-        check_len("running_var", running[1].1, c, "C")?;
-        check_opt("gamma", opts.gamma, c, "C")?;
-        check_opt("beta", opts.beta, c, "C")?;
-        check_eps(opts.eps)?;
-        let is_train = train.is_some();
-        let RowStats { mean, rstd } = train.unwrap_or_default();
+            .ok_or_else(|| Error::shape("shape", "N·C·S within usize", format!("{:?}", a.shape)))?;
+        check_len("x", a.x.1, len, "N·C·S")?;
+        check_len("out", a.y.1, len, "as x")?;
+        check_len("running_mean", a.running.1, c, "C")?;
+        check_len("running_var", a.running.3, c, "C")?;
+        check_opt("gamma", a.opts.gamma, c, "C")?;
+        check_opt("beta", a.opts.beta, c, "C")?;
+        check_eps(a.opts.eps)?;
+        let RowStats { mean, rstd } = a.stats;
         check_opt("mean", mean.as_deref(), c, "C")?;
         check_opt("rstd", rstd.as_deref(), c, "C")?;
-        if is_train {
-            let m = opts.momentum;
+        if a.train {
+            let m = a.opts.momentum;
             if !(0.0..=1.0).contains(&m) {
                 return Err(Error::param("momentum", "a number in [0, 1]", m));
             }
             if c > 0 && n * sp < 2 {
-                let what = "at least 2 values per channel (N·S ≥ 2) in training mode";
-                return Err(Error::shape("shape", what, format!("{shape:?}")));
+                return Err(Error::shape(
+                    "shape",
+                    "at least 2 values per channel (N·S ≥ 2) in training mode",
+                    format!("{:?}", a.shape),
+                ));
             }
         }
         let call = BatchNormCall {
-            x: x.0,
-            y: y.0,
-            shape,
-            gamma: ptr_of(opts.gamma),
-            beta: ptr_of(opts.beta),
-            eps: opts.eps,
-            running_mean: running[0].0,
-            running_var: running[1].0,
-            train: is_train,
-            momentum: opts.momentum,
+            x: a.x.0,
+            y: a.y.0,
+            shape: a.shape,
+            gamma: ptr_of(a.opts.gamma),
+            beta: ptr_of(a.opts.beta),
+            eps: a.opts.eps,
+            running_mean: a.running.0,
+            running_var: a.running.2,
+            train: a.train,
+            momentum: a.opts.momentum,
             mean: mut_ptr_of(mean),
             rstd: mut_ptr_of(rstd),
         };
         if len > 0 {
-            // SAFETY: every pointer covers what `BatchNormCall` says, as checked above; `y`
-            // equals `x` or is disjoint from it.
+            // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
+            // what `BatchNormCall` says, as checked above; `y` equals `x` or is disjoint from it.
             unsafe { self.run_batch_norm(E::typed(call)) }
         }
         Ok(())
@@ -142,8 +143,20 @@ impl Kernels {
         running_var: &[f32],
         opts: &BatchNormOptions,
     ) -> Result<(), Error> {
-        let xy = ((x.as_ptr(), x.len()), (out.as_mut_ptr(), out.len()));
-        self.batch_norm_call(xy, shape, read_only(running_mean, running_var), opts, None)
+        self.batch_norm_call(BatchArgs {
+            x: (x.as_ptr(), x.len()),
+            y: (out.as_mut_ptr(), out.len()),
+            shape,
+            running: (
+                running_mean.as_ptr() as *mut f32,
+                running_mean.len(),
+                running_var.as_ptr() as *mut f32,
+                running_var.len(),
+            ),
+            opts: *opts,
+            train: false,
+            stats: RowStats::default(),
+        })
     }
 
     /// [`batch_norm`](Self::batch_norm) in place.
@@ -155,8 +168,20 @@ impl Kernels {
         running_var: &[f32],
         opts: &BatchNormOptions,
     ) -> Result<(), Error> {
-        let xy = ((x.as_ptr(), x.len()), (x.as_mut_ptr(), x.len()));
-        self.batch_norm_call(xy, shape, read_only(running_mean, running_var), opts, None)
+        self.batch_norm_call(BatchArgs {
+            x: (x.as_ptr(), x.len()),
+            y: (x.as_mut_ptr(), x.len()),
+            shape,
+            running: (
+                running_mean.as_ptr() as *mut f32,
+                running_mean.len(),
+                running_var.as_ptr() as *mut f32,
+                running_var.len(),
+            ),
+            opts: *opts,
+            train: false,
+            stats: RowStats::default(),
+        })
     }
 
     /// BatchNorm in training mode: batch statistics, running averages updated. See
@@ -186,13 +211,25 @@ impl Kernels {
         opts: &BatchNormOptions,
         stats: RowStats,
     ) -> Result<(), Error> {
-        let xy = ((x.as_ptr(), x.len()), (out.as_mut_ptr(), out.len()));
-        let running = [running_mean, running_var].map(|r| (r.as_mut_ptr(), r.len()));
-        self.batch_norm_call(xy, shape, running, opts, Some(stats))
+        self.batch_norm_call(BatchArgs {
+            x: (x.as_ptr(), x.len()),
+            y: (out.as_mut_ptr(), out.len()),
+            shape,
+            running: (
+                running_mean.as_mut_ptr(),
+                running_mean.len(),
+                running_var.as_mut_ptr(),
+                running_var.len(),
+            ),
+            opts: *opts,
+            train: true,
+            stats,
+        })
     }
 }
 
-/// Positions per run of [`inference`]: a multiple of every vector width.
+/// Positions per row of a group of channels whose constants are expanded per position
+/// (inference): a multiple of every vector width.
 const INFERENCE_RUN: usize = 1024;
 
 /// The BatchNorm calls of every storage type.
@@ -271,35 +308,47 @@ unsafe fn fold<E>(call: &BatchNormCall<E>, c: usize) -> (f32, f32) {
     }
 }
 
-/// Inference: `y = fma(x, s_c, b_c)`, over runs of [`INFERENCE_RUN`] positions of each row
-/// of `C·S` values, the constants expanded per position (a run spans many channels where
-/// `S` is short, part of one where it is long).
+/// Inference: `y = fma(x, s_c, b_c)`.
 ///
 /// # Safety
 /// As [`batch_norm_call`].
 #[inline(always)]
 unsafe fn inference<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let [n, c, sp] = call.shape;
-    let width = c * sp;
+    // SAFETY (both paths): segment `(i, ch)` is `x[(i·C + ch)·S ..][..S]`, inside `N·C·S`; the
+    // channel indices are `< C`; `j + m` stays within the run or segment.
+    if sp > INFERENCE_RUN {
+        for ch in 0..c {
+            let (scale, shift) = unsafe { fold(call, ch) };
+            let (sv, bv) = (s.splat(scale), s.splat(shift));
+            for i in 0..n {
+                let off = (i * c + ch) * sp;
+                let (x, y) = unsafe { (call.x.add(off), call.y.add(off)) };
+                for_each_vector!(S::LANES, sp, |j, m| {
+                    unsafe { store_n(s, y, j, m, s.mul_add(load_n(s, x, j, m), sv, bv)) };
+                });
+            }
+        }
+        return;
+    }
+    // Short segments: the constants expanded per position over a run of whole channels.
+    let per = INFERENCE_RUN / sp;
     let mut scale = [0.0f32; INFERENCE_RUN];
     let mut shift = [0.0f32; INFERENCE_RUN];
-    let mut q0 = 0;
-    while q0 < width {
-        let len = INFERENCE_RUN.min(width - q0);
-        let mut q = q0;
-        while q < q0 + len {
-            let ch = q / sp;
-            let end = ((ch + 1) * sp).min(q0 + len);
-            // SAFETY: `ch < C`.
+    let mut c0 = 0;
+    while c0 < c {
+        let c1 = (c0 + per).min(c);
+        let len = (c1 - c0) * sp;
+        for ch in c0..c1 {
             let (sc, sh) = unsafe { fold(call, ch) };
-            scale[q - q0..end - q0].fill(sc);
-            shift[q - q0..end - q0].fill(sh);
-            q = end;
+            let at = (ch - c0) * sp;
+            scale[at..at + sp].fill(sc);
+            shift[at..at + sp].fill(sh);
         }
         let (sp_, bp) = (scale.as_ptr(), shift.as_ptr());
         for i in 0..n {
-            // SAFETY: row `i` holds `width` values from `i·width`; `j + m ≤ len`.
-            let (x, y) = unsafe { (call.x.add(i * width + q0), call.y.add(i * width + q0)) };
+            let off = (i * c + c0) * sp;
+            let (x, y) = unsafe { (call.x.add(off), call.y.add(off)) };
             for_each_vector!(S::LANES, len, |j, m| {
                 unsafe {
                     let v = s.mul_add(load_n(s, x, j, m), load_n(s, sp_, j, m), load_n(s, bp, j, m));
@@ -307,7 +356,7 @@ unsafe fn inference<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
                 }
             });
         }
-        q0 += len;
+        c0 = c1;
     }
 }
 
@@ -338,9 +387,12 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
             let k = unsafe { (*call.x.add(ch * sp)).to_f32() };
             let mut mo = Moments::default();
             for i in 0..n {
-                let x = unsafe { call.x.add((i * c + ch) * sp) };
-                let src = Plain { x, ahead: x };
-                mo.merge(unsafe { moments::<S, _, _, false>(s, &src, sp, k, &mut Trail::new(&Idle, sp)) });
+                let src: Plain<E> = Plain {
+                    x: unsafe { call.x.add((i * c + ch) * sp) },
+                    ahead: [std::ptr::null(); 2],
+                };
+                let m = unsafe { moments(s, &src, sp, k, &Idle) };
+                mo.merge(m.n, m.mean, m.m2);
             }
             mo.mean += k as f64;
             let how = unsafe { finish(call, ch, mo) };
@@ -367,7 +419,7 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
             pos[..width].fill(Moments::default());
             unsafe { column_moments(s, call.x.add(q0 + b), c * sp, n, width, &mut pos) };
             for (p, m) in pos[..width].iter().enumerate() {
-                chan[(b + p) / sp].merge(*m);
+                chan[(b + p) / sp].merge(m.n, m.mean, m.m2);
             }
             b += width;
         }
@@ -476,12 +528,11 @@ unsafe fn normalize_run<S: Simd, E: Element>(
 }
 
 /// Adds to `out[p]` the moments (absolute, in f64) of the columns `x[.., p]`, `p < width`, of
-/// a matrix of `rows ≥ 1` rows `stride` apart, `width ≤ ACC·LANES`: per lane, shifted by the
-/// first row, chunks of [`STEPS`] rows two-pass (`Σz`, then `Σ(z − c)²` about `c`, the chunk's
-/// f32 mean), each chunk merged in f64 as [`moments`] merges a row's.
+/// a matrix of `rows` rows `stride` apart, `width ≤ ACC·LANES`: one Welford recurrence per lane
+/// down the rows, shifted by the first row, flushed to f64 every [`STEPS`] rows.
 ///
 /// # Safety
-/// `x + r·stride .. + width` is readable for `r < rows`.
+/// `x + r·stride .. + width` is readable for `r < rows`; `rows ≥ 1`.
 #[inline(always)]
 unsafe fn column_moments<S: Simd, E: Element>(
     s: S,
@@ -494,47 +545,45 @@ unsafe fn column_moments<S: Simd, E: Element>(
     let lanes = S::LANES;
     let nv = width.div_ceil(lanes);
     let zero = s.splat(0.0);
-    // SAFETY (every `column`): row `r < rows`, vector `j < nv`.
     let mut k = [zero; ACC];
-    for (j, k) in k.iter_mut().enumerate().take(nv) {
-        *k = unsafe { column(s, x, stride, width, 0, j) };
+    for (j, kj) in k.iter_mut().enumerate().take(nv) {
+        *kj = unsafe { column(s, x, stride, width, 0, j) };
     }
-    // Per position: the shift, then each chunk's sum, centre and sum of squares.
-    let mut spill = [[0.0f32; ACC * MAX_LANES]; 4];
+    let mut kb = [0.0f32; ACC * MAX_LANES];
+    let (mut mb, mut m2b) = ([0.0f32; ACC * MAX_LANES], [0.0f32; ACC * MAX_LANES]);
+    // SAFETY (the spills): `j·LANES + LANES ≤ ACC·LANES ≤ ACC·MAX_LANES`.
+    for (j, &kj) in k.iter().enumerate().take(nv) {
+        unsafe { s.store(kb.as_mut_ptr().add(j * lanes), kj) };
+    }
     let mut r = 0;
     while r < rows {
         let steps = (rows - r).min(STEPS);
-        let mut sum = [zero; ACC];
-        for t in r..r + steps {
-            for j in 0..nv {
-                sum[j] = s.add(sum[j], s.sub(unsafe { column(s, x, stride, width, t, j) }, k[j]));
-            }
+        let mut m = [zero; ACC];
+        let mut m2 = [zero; ACC];
+        for j in 0..nv {
+            m[j] = s.sub(unsafe { column(s, x, stride, width, r, j) }, k[j]);
         }
-        let inv = s.splat(1.0 / steps as f32);
-        let mut sq = [zero; ACC];
-        for t in r..r + steps {
+        for (t, &rk) in RECIP[2..=steps].iter().enumerate() {
+            let rk = s.splat(rk);
             for j in 0..nv {
-                let z = s.sub(unsafe { column(s, x, stride, width, t, j) }, k[j]);
-                let dev = s.sub(z, s.mul(sum[j], inv));
-                sq[j] = s.mul_add(dev, dev, sq[j]);
+                let z = s.sub(unsafe { column(s, x, stride, width, r + 1 + t, j) }, k[j]);
+                let delta = s.sub(z, m[j]);
+                m[j] = s.mul_add(delta, rk, m[j]);
+                m2[j] = s.mul_add(delta, s.sub(z, m[j]), m2[j]);
             }
         }
         for j in 0..nv {
-            let c = s.mul(sum[j], inv);
-            for (v, p) in [k[j], sum[j], c, sq[j]].into_iter().zip(spill.iter_mut()) {
-                // SAFETY: `j·LANES + LANES ≤ ACC·LANES ≤ ACC·MAX_LANES`.
-                unsafe { s.store(p.as_mut_ptr().add(j * lanes), v) };
+            unsafe {
+                s.store(mb.as_mut_ptr().add(j * lanes), m[j]);
+                s.store(m2b.as_mut_ptr().add(j * lanes), m2[j]);
             }
         }
+        // Every position has seen the same `r` rows: one weight serves all their merges.
         let n = steps as f64;
-        for (p, o) in out[..width].iter_mut().enumerate() {
-            let [k, sum, c, sq] = [0, 1, 2, 3].map(|q| spill[q][p] as f64);
-            let mean = sum / n;
-            o.merge(Moments {
-                n,
-                mean: k + mean,
-                m2: sq - n * (mean - c) * (mean - c),
-            });
+        let w = n / (r as f64 + n);
+        for p in 0..width {
+            let m2 = if steps > 1 { m2b[p] as f64 } else { 0.0 };
+            out[p].merge_weighted(n, kb[p] as f64 + mb[p] as f64, m2, w);
         }
         r += steps;
     }

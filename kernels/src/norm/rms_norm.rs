@@ -1,12 +1,10 @@
 //! RMSNorm and the fused Add & RMSNorm.
 
-use super::rows::{run, Calls, NormArgs, NormCall, Residual, RowOp, RowStats};
-use super::source::{load_n, Source};
-use super::stats::{block_squares, rstd_of, sum_squares, Pending, Trail};
+use super::layer_norm::{NormArgs, NormCall, NormKind, RowOp};
+use super::{load_n, rstd_of, sum_squares, write_span, Output, Pending, Residual, RowStats, Source, Values};
 use crate::dispatch::Kernels;
-use crate::element::{Element, Typed};
-use crate::error::Error;
 use crate::simd::Simd;
+use crate::{Element, Error};
 
 /// Options of [`rms_norm`](crate::rms_norm()) and [`add_rms_norm`](crate::add_rms_norm()).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,76 +22,28 @@ impl Default for RmsNormOptions<'_> {
 }
 
 impl Kernels {
-    /// Validates and runs an RMSNorm call of any form.
-    fn rms_norm_call<E: Element>(
-        &self,
-        x: (*const E, usize),
-        y: (*mut E, usize),
-        add: Option<(&[E], Residual)>,
-        h: Option<(*mut E, usize)>,
-        d: usize,
-        opts: &RmsNormOptions,
-    ) -> Result<(), Error> {
-        let args = NormArgs {
-            x,
-            y,
-            add,
-            h,
-            d,
-            gamma: ("gain", opts.gain),
-            beta: None,
-            eps: opts.eps,
-            stats: RowStats::default(),
-        };
-        let call = self.norm_call(args)?;
-        // SAFETY: validated; the slices behind the pointers are borrowed by the caller.
-        unsafe { self.run_rms_norm(E::typed(call)) };
-        Ok(())
-    }
-
-    /// Runs a validated call. Not generic: the kernel is compiled in this crate (see
-    /// [`Typed`]).
-    ///
-    /// # Safety
-    /// As [`run`].
-    unsafe fn run_rms_norm(&self, call: Typed<Calls>) {
-        /// The instance of the gain the call asks for.
-        unsafe fn with<E: Element>(k: &Kernels, c: &NormCall<E>) {
-            // SAFETY: forwarded.
-            unsafe {
-                if c.gamma.is_null() {
-                    run::<E, Rms<false>>(k, c)
-                } else {
-                    run::<E, Rms<true>>(k, c)
-                }
-            }
-        }
-        // SAFETY: forwarded.
-        unsafe {
-            match call {
-                Typed::F32(c) => with(self, &c),
-                Typed::F16(c) => with(self, &c),
-                Typed::Bf16(c) => with(self, &c),
-            }
-        }
-    }
-
     /// RMSNorm of each row of `x` (`[rows, d]`) into `out`. See [`rms_norm`](crate::rms_norm()).
     pub fn rms_norm<E: Element>(&self, x: &[E], out: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-        self.rms_norm_call(
+        self.norm(rms_args(
             (x.as_ptr(), x.len()),
             (out.as_mut_ptr(), out.len()),
             None,
             None,
             d,
             opts,
-        )
+        ))
     }
 
     /// RMSNorm of each row of `x` (`[rows, d]`), in place.
     pub fn rms_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-        let (p, len) = (x.as_mut_ptr(), x.len());
-        self.rms_norm_call((p, len), (p, len), None, None, d, opts)
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (x.as_mut_ptr(), x.len()),
+            None,
+            None,
+            d,
+            opts,
+        ))
     }
 
     /// `h = α·x + (r + b)`, `out = RMSNorm(h)`, `h` written to `h` if given. See
@@ -109,9 +59,14 @@ impl Kernels {
         residual: &Residual,
         opts: &RmsNormOptions,
     ) -> Result<(), Error> {
-        let y = (out.as_mut_ptr(), out.len());
-        let h = h.map(|h| (h.as_mut_ptr(), h.len()));
-        self.rms_norm_call((x.as_ptr(), x.len()), y, Some((r, *residual)), h, d, opts)
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (out.as_mut_ptr(), out.len()),
+            Some((r, *residual)),
+            h.map(|h| (h.as_mut_ptr(), h.len())),
+            d,
+            opts,
+        ))
     }
 
     /// [`add_rms_norm`](Self::add_rms_norm) with the residual stream updated in place:
@@ -125,117 +80,165 @@ impl Kernels {
         residual: &Residual,
         opts: &RmsNormOptions,
     ) -> Result<(), Error> {
-        let (p, len) = (x.as_mut_ptr(), x.len());
-        let y = (out.as_mut_ptr(), out.len());
-        self.rms_norm_call((p, len), y, Some((r, *residual)), Some((p, len)), d, opts)
+        self.norm(rms_args(
+            (x.as_ptr(), x.len()),
+            (out.as_mut_ptr(), out.len()),
+            Some((r, *residual)),
+            Some((x.as_mut_ptr(), x.len())),
+            d,
+            opts,
+        ))
+    }
+}
+
+fn rms_args<'a, E>(
+    x: (*const E, usize),
+    y: (*mut E, usize),
+    add: Option<(&'a [E], Residual<'a>)>,
+    h: Option<(*mut E, usize)>,
+    d: usize,
+    opts: &RmsNormOptions<'a>,
+) -> NormArgs<'a, 'static, E> {
+    NormArgs {
+        kind: NormKind::Rms,
+        x,
+        y,
+        add,
+        h,
+        d,
+        gamma: opts.gain,
+        beta: None,
+        eps: opts.eps,
+        stats: RowStats::default(),
     }
 }
 
 /// RMSNorm of one row, with or without the gain.
 pub(crate) struct Rms<const GAIN: bool>;
 
-impl<const GAIN: bool> Rms<GAIN> {
-    /// `rstd` of a row whose `Σh²` is `sum`, or NaN.
-    #[inline(always)]
-    fn rstd<E>(call: &NormCall<E>, sum: f64) -> f64 {
-        let rstd = rstd_of(sum * (1.0 / call.d as f64), call.eps);
-        if sum.is_finite() {
-            rstd
-        } else {
-            f64::NAN
-        }
-    }
-}
-
 impl<const GAIN: bool> RowOp for Rms<GAIN> {
-    /// `rstd`.
+    /// `rstd`, NaN where the row needs the f64 path.
     type Stats = f64;
-    type Consts<S: Simd> = S::V;
-    const TWO_PASS: bool = false;
+    type Sweep<S: Simd, E: Element, V: Values<S>> = Scale<S, E, V, GAIN>;
 
     #[inline(always)]
-    unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>, const PREFETCH: bool>(
+    unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>>(
         s: S,
         call: &NormCall<E>,
         src: &R,
         pending: &P,
     ) -> f64 {
-        let d = call.d;
-        // SAFETY: the row holds `d` values.
-        Self::rstd(call, unsafe {
-            sum_squares::<S, R, P, PREFETCH>(s, src, d, &mut Trail::new(pending, d))
-        })
-    }
-
-    #[inline(always)]
-    unsafe fn first<S: Simd, R: Source<S>, const B: usize, const FULL: bool>(s: S, src: &R, d: usize, _: f32) -> S::V {
-        // SAFETY: forwarded.
-        unsafe { block_squares::<S, R, B, FULL>(s, src, 0, d) }
-    }
-
-    #[inline(always)]
-    unsafe fn second<S: Simd, R: Source<S>, const B: usize, const FULL: bool>(
-        s: S,
-        _: &R,
-        _: usize,
-        _: f32,
-        _: f32,
-    ) -> S::V {
-        s.splat(0.0)
-    }
-
-    #[inline(always)]
-    fn short_stats<E>(call: &NormCall<E>, _: f32, first: f32, _: f32) -> f64 {
-        Self::rstd(call, first as f64)
-    }
-
-    #[inline(always)]
-    fn fast(rstd: &f64) -> bool {
-        !rstd.is_nan()
-    }
-
-    #[inline(always)]
-    fn consts<S: Simd>(s: S, rstd: f64) -> S::V {
-        s.splat(rstd as f32)
-    }
-
-    /// `y = h·rstd·g`.
-    #[inline(always)]
-    unsafe fn y<S: Simd, E>(s: S, call: &NormCall<E>, rstd: &S::V, h: S::V, i: usize, n: usize) -> S::V {
-        let v = s.mul(h, *rstd);
-        if GAIN {
-            // SAFETY: `i + n ≤ d`, the length of the gain.
-            s.mul(v, unsafe { load_n(s, call.gamma, i, n) })
+        // SAFETY: the row holds `d ≥ 1` values.
+        let sum = unsafe { sum_squares(s, src, call.d, pending) };
+        if sum.is_finite() {
+            rstd_of(sum * (1.0 / call.d as f64), call.eps)
         } else {
-            v
+            f64::NAN
         }
     }
 
-    /// In f64: the path of rows whose `Σh²` overflows f32, and of non-finite rows (NaN).
-    unsafe fn wide<S: Simd, E: Element, R: Source<S>>(call: &NormCall<E>, src: &R, y: *mut E) -> (f32, f32) {
-        let d = call.d;
-        // SAFETY: `j < d` for every operand; `h` is read in full before `y` is written, but in
-        // the last loop, which reads `h_j` before writing `y_j`.
+    #[inline(always)]
+    fn sweep<S: Simd, E: Element, V: Values<S>>(
+        s: S,
+        call: &NormCall<E>,
+        rstd: f64,
+        h: V,
+        y: *mut E,
+    ) -> Option<Scale<S, E, V, GAIN>> {
+        (!rstd.is_nan()).then(|| Scale {
+            h,
+            y,
+            gain: call.gamma,
+            rstd: s.splat(rstd as f32),
+            stream: call.stream,
+            prefetch_y: call.prefetch_y,
+            d: call.d,
+        })
+    }
+
+    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
+        // SAFETY: forwarded; `finish` runs after the last read of `h`.
         unsafe {
-            let at = |j: usize| src.at(j) as f64;
-            let out = if (0..d).all(|j| at(j).is_finite()) {
-                let rstd = rstd_of((0..d).map(|j| at(j) * at(j)).sum::<f64>() / d as f64, call.eps);
-                for j in 0..d {
-                    let g = if GAIN { *call.gamma.add(j) as f64 } else { 1.0 };
-                    *y.add(j) = E::from_f32((at(j) * rstd * g) as f32);
-                }
-                (f32::NAN, rstd as f32)
-            } else {
-                std::slice::from_raw_parts_mut(y, d).fill(E::from_f32(f32::NAN));
-                (f32::NAN, f32::NAN)
-            };
-            src.finish(d);
+            let out = rms_row_f64::<S, E, V>(&h, y, call.d, call.gamma, call.eps);
+            h.finish(call.d);
             out
         }
     }
 
     #[inline(always)]
     fn outputs(rstd: f64) -> (f32, f32) {
+        (f32::NAN, rstd as f32)
+    }
+}
+
+/// The normalize sweep of one row of RMSNorm: `y = h·rstd·g`.
+pub(crate) struct Scale<S: Simd, E, V, const GAIN: bool> {
+    h: V,
+    y: *mut E,
+    gain: *const f32,
+    rstd: S::V,
+    /// Whether `y` is written with streaming stores.
+    stream: bool,
+    /// Whether `y` is fetched for ownership ahead of the stores (as LayerNorm's).
+    prefetch_y: bool,
+    d: usize,
+}
+
+impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S, E, V, GAIN> {
+    #[inline(always)]
+    unsafe fn run(&self, s: S, i: usize, n: usize) {
+        // SAFETY: forwarded; `y` covers the row.
+        unsafe {
+            self.h.write_h(s, self.d, i, n);
+            write_span(s, self, self.y, self.d, i, n, self.stream, self.prefetch_y)
+        }
+    }
+}
+
+impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Output<S> for Scale<S, E, V, GAIN> {
+    #[inline(always)]
+    unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
+        // SAFETY: `i + n ≤ d` for every operand; `h[i..]` is read before `y[i..]` is written.
+        unsafe {
+            let v = s.mul(self.h.get(s, i, n), self.rstd);
+            if GAIN {
+                s.mul(v, load_n(s, self.gain, i, n))
+            } else {
+                v
+            }
+        }
+    }
+}
+
+/// RMSNorm of a row in f64: the fallback for rows whose f32 sum of squares overflows, and for
+/// rows holding a NaN or ±∞ (which become NaN).
+///
+/// # Safety
+/// `h` gives `d` values, `y` covers `d` writable elements (equal to where `h` reads if they
+/// overlap); `gain` is null or covers `d`.
+unsafe fn rms_row_f64<S: Simd, E: Element, V: Values<S>>(
+    h: &V,
+    y: *mut E,
+    d: usize,
+    gain: *const f32,
+    eps: f32,
+) -> (f32, f32) {
+    // SAFETY: `j < d` for every operand; `h` is read in full before `y` is written, but for
+    // the last sweep, which reads `h_j` before writing `y_j`.
+    unsafe {
+        let at = |j: usize| h.at(j) as f64;
+        if (0..d).any(|j| !at(j).is_finite()) {
+            std::slice::from_raw_parts_mut(y, d).fill(E::from_f32(f32::NAN));
+            return (f32::NAN, f32::NAN);
+        }
+        let rstd = rstd_of((0..d).map(|j| at(j) * at(j)).sum::<f64>() / d as f64, eps);
+        for j in 0..d {
+            let mut v = at(j) * rstd;
+            if !gain.is_null() {
+                v *= *gain.add(j) as f64;
+            }
+            *y.add(j) = E::from_f32(v as f32);
+        }
         (f32::NAN, rstd as f32)
     }
 }
