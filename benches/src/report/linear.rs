@@ -217,7 +217,7 @@ pub fn composition(k: Kernels, x: &[f32], w: &Weights, gelu: bool, out: &mut [f3
     Ok(())
 }
 
-/// The rows of `Y` checked against the oracle (see [`CHECKED_ROWS`]): two ranges, the second
+/// The rows of `Y` checked against the oracle (see `CHECKED_ROWS`): two ranges, the second
 /// empty where the first covers them all.
 pub fn checked_rows(m: usize) -> [Range<usize>; 2] {
     if m <= CHECKED_ROWS {

@@ -28,7 +28,7 @@
 //!   causality get weight 0, and their V rows may be multiplied by it: where such a row holds
 //!   ±∞ or NaN, the output columns it meets may be NaN (`0·∞`). Keep masked V rows finite, or
 //!   mask them with `key_lengths`.
-//! - A fully masked row gives `O = 0` ([`MaskedRows::Zero`], the default) or NaN. A mask floor
+//! - A fully masked row gives `O = 0` ([`MaskedRows::Zero`](crate::MaskedRows::Zero), the default) or NaN. A mask floor
 //!   that is finite (say −10000) is not a mask: a row masked by it everywhere averages V.
 //! - A NaN or +∞ among a row's unmasked `Z` makes that row of `O` NaN. ±∞ in V gives ±∞ or
 //!   NaN in the output columns it reaches (a weight that underflows to 0 meets it as `0·∞`).
