@@ -370,15 +370,13 @@ fn check_distinct(arg: &'static str, layout: Layout, dims: [usize; 4]) -> Result
     if dims.contains(&0) {
         return Ok(());
     }
-    let mut axes: Vec<(usize, usize)> = dims
-        .into_iter()
-        .zip([layout.batch, layout.head, layout.row, 1])
-        .filter(|&(n, _)| n > 1)
-        .map(|(n, stride)| (stride, n))
-        .collect();
+    // (An array, not a Vec: a call with a long-lived workspace allocates nothing.)
+    let strides = [layout.batch, layout.head, layout.row, 1];
+    let mut axes: [(usize, usize); 4] = std::array::from_fn(|i| (strides[i], dims[i]));
     axes.sort_unstable();
     let mut span = 0usize;
-    for (stride, n) in axes {
+    // An axis of one element places nothing apart.
+    for (stride, n) in axes.into_iter().filter(|&(_, n)| n > 1) {
         if stride <= span {
             return Err(Error::shape(
                 arg,
