@@ -5,6 +5,8 @@
 //!   `x = LN(x + FFN(x))`: one fused QKV projection that attention reads in place, a
 //!   key-padding mask, the GELU and both residuals fused into the linear layers (the pattern
 //!   of the `kernels` crate docs, "One encoder layer"); also Pre-LN and RealFormer ([`Block`]).
+//! - [`GauAlpha`]: a stack of GAU-α layers, `x = RMSNorm(x + GAU(x))`, the gated attention
+//!   unit with softmax-plus and RoPE in one fused call; [`gau_alpha_f64`] is its f64 oracle.
 //! - [`forward_f64`]: the same stack from the `reference` crate's f64 operations, the oracle of
 //!   the stack test (`tests/stack.rs`).
 //! - [`Model`]: a model directory (`config.json`, `model.safetensors`, `tokenizer.json`,
@@ -19,9 +21,11 @@
 #![warn(missing_docs)]
 
 mod encoder;
+mod gau_alpha;
 mod model;
 mod oracle;
 
 pub use encoder::{Block, Encoder, EncoderConfig, LayerWeights, Scratch};
+pub use gau_alpha::{gau_alpha_f64, GauAlpha, GauAlphaConfig, GauAlphaWeights, GauScratch};
 pub use model::{BertConfig, Error, Model, Pooling};
 pub use oracle::forward_f64;

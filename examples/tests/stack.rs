@@ -1,5 +1,6 @@
-//! A 6-layer [`Encoder`] with random weights against the f64 stack of `reference`
-//! ([`forward_f64`]), on padded batches of varied lengths, on every ISA.
+//! 6-layer stacks of each encoder block with random weights ([`Encoder`] in each [`Block`] form,
+//! and [`GauAlpha`]) against their f64 stacks from `reference` ([`forward_f64`], [`gau_alpha_f64`]),
+//! on padded batches of varied lengths, on every ISA.
 //!
 //! # The bound
 //!
@@ -25,8 +26,22 @@
 //! the layers add up: the factor `L`. The f64 stack rounds its operands to f32 between
 //! operations (see `forward_f64`), one `u` each, within the same terms.
 //! The test prints the worst `max|Δ| / bound` per ISA.
+//!
+//! # The GAU-α bound
+//!
+//! The GAU-α stack (`x = RMSNorm(x + GAU(x))`) takes its unit's bound from
+//! `reference::gau`, which follows the kernel's f32 algorithm step by step and bounds every
+//! rounding at its worst: `B_l`, the largest bound of any element of layer `l`'s unit output
+//! for that layer's input. The RMS norm divides an error in its input `h = x + GAU(x)` by the
+//! row's RMS and multiplies it by the gain, and adds its own few ulps (4, relative to its
+//! largest output `s`), so layer `l` adds `g·(B_l + u·max|h|)/rms_l + 4·u·s`, with `g = max|gain|`
+//! and `rms_l` the smallest RMS of a row of `h`. Errors carried in from the layer below are
+//! taken to pass through the layer scaled by about 1, as in the other stacks.
 
-use examples::{forward_f64, Block, Encoder, EncoderConfig, LayerWeights, Scratch};
+use examples::{
+    forward_f64, gau_alpha_f64, Block, Encoder, EncoderConfig, GauAlpha, GauAlphaConfig, GauAlphaWeights, GauScratch,
+    LayerWeights, Scratch,
+};
 use kernels::{available_isas, Kernels};
 
 /// A small deterministic generator (SplitMix64): the test needs no `rand`.
@@ -155,4 +170,73 @@ fn pre_ln_stack_matches_f64_on_every_isa() {
 #[test]
 fn realformer_stack_matches_f64_on_every_isa() {
     stack_matches_f64(Block::RealFormer);
+}
+
+fn random_gau_layer(rng: &mut Rng, c: &GauAlphaConfig) -> GauAlphaWeights {
+    let (d, e, s) = (c.hidden, c.expand, c.qk_dim);
+    let (r_in, r_out) = (1.0 / (d as f64).sqrt(), 1.0 / (e as f64).sqrt());
+    GauAlphaWeights {
+        w_in: rng.uniform(d * (2 * e + s), -r_in, r_in),
+        b_in: rng.uniform(2 * e + s, -r_in, r_in),
+        qk_affine: [
+            rng.uniform(s, 0.5, 1.5),
+            rng.uniform(s, -0.5, 0.5),
+            rng.uniform(s, 0.5, 1.5),
+            rng.uniform(s, -0.5, 0.5),
+        ],
+        w_out: rng.uniform(e * d, -r_out, r_out),
+        b_out: rng.uniform(d, -r_out, r_out),
+        gain: rng.uniform(d, 0.5, 1.5),
+    }
+}
+
+#[test]
+fn gau_alpha_stack_matches_f64_on_every_isa() {
+    let config = GauAlphaConfig {
+        hidden: 64,
+        expand: 128,
+        qk_dim: 32,
+        eps: 1e-12,
+    };
+    let mut rng = Rng(0x6A0A);
+    let layers: Vec<_> = (0..6).map(|_| random_gau_layer(&mut rng, &config)).collect();
+    let gain = layers
+        .iter()
+        .flat_map(|w| &w.gain)
+        .fold(0.0f64, |m, &g| m.max(g.abs() as f64));
+    let batches: [&[usize]; 4] = [&[9], &[13, 1, 8], &[2, 17, 16, 5], &[33, 4]];
+    let u = f32::EPSILON as f64 / 2.0;
+    let inputs: Vec<_> = batches
+        .iter()
+        .map(|lengths| {
+            let (b, l) = (lengths.len(), *lengths.iter().max().unwrap());
+            rng.uniform(b * l * config.hidden, -1.7, 1.7)
+        })
+        .collect();
+    for isa in available_isas() {
+        let stack = GauAlpha::new(Kernels::for_isa(isa).unwrap(), config, &layers).unwrap();
+        let mut scratch = GauScratch::default();
+        let (mut worst, mut worst_abs) = (0.0f64, 0.0f64);
+        for (lengths, x) in batches.iter().zip(&inputs) {
+            let (b, l) = (lengths.len(), *lengths.iter().max().unwrap());
+            let (want, per_layer) = gau_alpha_f64(&config, &layers, x, b, l, lengths);
+            let s = want.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
+            let bound: f64 = per_layer
+                .iter()
+                .map(|&(unit, rms, h_max)| gain * (unit + u * h_max) / rms + 4.0 * u * s)
+                .sum();
+            let mut got = x.clone();
+            stack.forward(&mut got, b, l, lengths, &mut scratch).unwrap();
+            for (i, (&got, &want)) in got.iter().zip(&want).enumerate() {
+                let err = (got as f64 - want).abs();
+                assert!(
+                    err <= bound,
+                    "GAU-α, {isa:?}, lengths {lengths:?}: output {i} is {got}, f64 {want}: |Δ| = {err:e} > {bound:e}"
+                );
+                worst = worst.max(err / bound);
+                worst_abs = worst_abs.max(err);
+            }
+        }
+        eprintln!("GauAlpha, {isa:?}: worst max|Δ| {worst_abs:.3e}, worst |Δ|/bound {worst:.2e}");
+    }
 }
