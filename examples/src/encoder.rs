@@ -9,6 +9,8 @@
 //!
 //! and its Pre-LN ([`Block::PreLn`]) and RealFormer ([`Block::RealFormer`]) variants.
 
+use std::time::{Duration, Instant};
+
 use kernels::{
     Activation, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, Kernels, LayerNormOptions,
     LinearOptions, LinearWeights, MaskShape, PackedLinear, WeightLayout, WeightType,
@@ -26,6 +28,79 @@ pub enum Block {
     /// Post-LN with residual attention (RealFormer): each layer's raw scores
     /// `S = Q·Kᵀ/√D + S_prev` are added to the next layer's, before the mask.
     RealFormer,
+}
+
+/// The kinds of step of a forward pass, for a [`Profile`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A linear layer (with whatever its epilogue fuses: bias, GELU, residual).
+    Linear,
+    /// Attention, from the projected Q, K, V to the context.
+    Attention,
+    /// A layer norm (with the residual add where it is a pass of its own).
+    Norm,
+    /// An activation pass of its own (none in [`Encoder`]: its GELU is fused into a linear
+    /// layer).
+    Activation,
+}
+
+impl Step {
+    /// Every kind, in the order of [`Profile::times`].
+    pub const ALL: [Step; 4] = [Step::Linear, Step::Attention, Step::Norm, Step::Activation];
+
+    /// Its name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Linear => "linear",
+            Step::Attention => "attention",
+            Step::Norm => "norms",
+            Step::Activation => "activation",
+        }
+    }
+}
+
+/// Wall time per [`Step`] kind, summed over the forward passes that filled it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Profile {
+    /// Indexed as [`Step::ALL`].
+    pub times: [Duration; 4],
+}
+
+impl Profile {
+    /// The time of every step together.
+    pub fn total(&self) -> Duration {
+        self.times.iter().sum()
+    }
+
+    /// The time of `step` as a fraction of [`Profile::total`].
+    pub fn share(&self, step: Step) -> f64 {
+        self.times[step as usize].as_secs_f64() / self.total().as_secs_f64()
+    }
+}
+
+/// Charges the time since the previous lap to a step of a [`Profile`], when there is one.
+pub struct Laps<'a> {
+    profile: Option<&'a mut Profile>,
+    last: Instant,
+}
+
+impl<'a> Laps<'a> {
+    /// Starts timing into `profile` (nothing is read from the clock without one).
+    pub fn new(profile: Option<&'a mut Profile>) -> Self {
+        Laps {
+            profile,
+            last: Instant::now(),
+        }
+    }
+
+    /// The time since the previous lap (or the start) was spent in `step`.
+    pub fn lap(&mut self, step: Step) {
+        if let Some(p) = self.profile.as_deref_mut() {
+            let now = Instant::now();
+            p.times[step as usize] += now - self.last;
+            self.last = now;
+        }
+    }
 }
 
 /// The sizes of an encoder layer.
@@ -178,6 +253,22 @@ impl Encoder {
         padding: &[f32],
         s: &mut Scratch,
     ) -> Result<(), kernels::Error> {
+        self.forward_profiled(x, batch, len, padding, s, None)
+    }
+
+    /// [`Encoder::forward`], adding the time of each step to `profile` where given.
+    ///
+    /// # Errors
+    /// As [`Encoder::forward`].
+    pub fn forward_profiled(
+        &self,
+        x: &mut [f32],
+        batch: usize,
+        len: usize,
+        padding: &[f32],
+        s: &mut Scratch,
+        profile: Option<&mut Profile>,
+    ) -> Result<(), kernels::Error> {
         let EncoderConfig {
             block,
             hidden,
@@ -197,10 +288,11 @@ impl Encoder {
             s.scores.0.resize(batch * heads * len * len, 0.0);
             s.scores.1.resize(batch * heads * len * len, 0.0);
         }
+        let mut laps = Laps::new(profile);
         for (i, layer) in self.layers.iter().enumerate() {
             match block {
-                Block::PostLn | Block::RealFormer => self.post_ln(layer, i, x, batch, len, padding, s)?,
-                Block::PreLn => self.pre_ln(layer, x, batch, len, padding, s)?,
+                Block::PostLn | Block::RealFormer => self.post_ln(layer, i, x, (batch, len), padding, s, &mut laps)?,
+                Block::PreLn => self.pre_ln(layer, x, (batch, len), padding, s, &mut laps)?,
             }
         }
         Ok(())
@@ -258,43 +350,57 @@ impl Encoder {
         layer: &PackedLayer,
         i: usize,
         x: &mut [f32],
-        batch: usize,
-        len: usize,
+        (batch, len): (usize, usize),
         padding: &[f32],
         s: &mut Scratch,
+        laps: &mut Laps,
     ) -> Result<(), kernels::Error> {
         let (k, hidden) = (&self.kernels, self.config.hidden);
         k.linear(x, &layer.qkv, &mut s.qkv, &LinearOptions::default())?;
+        laps.lap(Step::Linear);
         self.attention(i, batch, len, padding, s)?;
+        laps.lap(Step::Attention);
         // h = LN₁(x + ctx·W_o + b_o)
         k.linear(&s.ctx, &layer.out, &mut s.h, &LinearOptions::default().residual(x))?;
+        laps.lap(Step::Linear);
         k.layer_norm_inplace(&mut s.h, hidden, &self.norm(&layer.ln1))?;
+        laps.lap(Step::Norm);
         // x = LN₂(h + FFN(h))
         let up = LinearOptions::default().activation(Activation::Gelu);
         k.linear(&s.h, &layer.up, &mut s.up, &up)?;
         k.linear(&s.up, &layer.down, x, &LinearOptions::default().residual(&s.h))?;
-        k.layer_norm_inplace(x, hidden, &self.norm(&layer.ln2))
+        laps.lap(Step::Linear);
+        k.layer_norm_inplace(x, hidden, &self.norm(&layer.ln2))?;
+        laps.lap(Step::Norm);
+        Ok(())
     }
 
     fn pre_ln(
         &self,
         layer: &PackedLayer,
         x: &mut [f32],
-        batch: usize,
-        len: usize,
+        (batch, len): (usize, usize),
         padding: &[f32],
         s: &mut Scratch,
+        laps: &mut Laps,
     ) -> Result<(), kernels::Error> {
         let (k, hidden) = (&self.kernels, self.config.hidden);
         k.layer_norm(x, &mut s.normed, hidden, &self.norm(&layer.ln1))?;
+        laps.lap(Step::Norm);
         k.linear(&s.normed, &layer.qkv, &mut s.qkv, &LinearOptions::default())?;
+        laps.lap(Step::Linear);
         self.attention(0, batch, len, padding, s)?;
+        laps.lap(Step::Attention);
         // h = x + Attn(LN₁(x))
         k.linear(&s.ctx, &layer.out, &mut s.h, &LinearOptions::default().residual(x))?;
+        laps.lap(Step::Linear);
         // x = h + FFN(LN₂(h))
         k.layer_norm(&s.h, &mut s.normed, hidden, &self.norm(&layer.ln2))?;
+        laps.lap(Step::Norm);
         let up = LinearOptions::default().activation(Activation::Gelu);
         k.linear(&s.normed, &layer.up, &mut s.up, &up)?;
-        k.linear(&s.up, &layer.down, x, &LinearOptions::default().residual(&s.h))
+        k.linear(&s.up, &layer.down, x, &LinearOptions::default().residual(&s.h))?;
+        laps.lap(Step::Linear);
+        Ok(())
     }
 }

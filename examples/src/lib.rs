@@ -9,7 +9,7 @@
 //!   unit with softmax-plus and RoPE in one fused call; [`gau_alpha_f64`] is its f64 oracle.
 //! - [`forward_f64`]: the same stack from the `reference` crate's f64 operations, the oracle of
 //!   the stack test (`tests/stack.rs`).
-//! - [`Model`]: a model directory (`config.json`, `model.safetensors`, `tokenizer.json`,
+//! - `Model` (the default feature `checkpoint`): a model directory (`config.json`, `model.safetensors`, `tokenizer.json`,
 //!   the pooling module): embeddings, the encoder, mean pooling, L2 normalization.
 //! - the `embed` binary: `embed MODEL_DIR [--isa NAME] [--batch N]`, one text a line on stdin,
 //!   one JSON array of floats a line on stdout.
@@ -22,10 +22,12 @@
 
 mod encoder;
 mod gau_alpha;
+#[cfg(feature = "checkpoint")]
 mod model;
 mod oracle;
 
-pub use encoder::{Block, Encoder, EncoderConfig, LayerWeights, Scratch};
+pub use encoder::{Block, Encoder, EncoderConfig, Laps, LayerWeights, Profile, Scratch, Step};
 pub use gau_alpha::{gau_alpha_f64, GauAlpha, GauAlphaConfig, GauAlphaWeights, GauScratch};
+#[cfg(feature = "checkpoint")]
 pub use model::{BertConfig, Error, Model, Pooling};
 pub use oracle::forward_f64;

@@ -62,6 +62,11 @@ pub struct Row {
     pub rel_iqr: f64,
     /// Rounds measured.
     pub rounds: usize,
+    /// Where a call does a countable number of user-visible things (an encoder pass: its
+    /// sentences), how many and their name.
+    pub units: Option<(f64, String)>,
+    /// Where a call is a sequence of steps (an encoder pass), the share of its time in each.
+    pub steps: Vec<(String, f64)>,
 }
 
 impl Row {
@@ -98,6 +103,13 @@ impl Row {
     /// [`Row::vs`] named `gemm` (attention, GAU) or `add+ln` (Add & LayerNorm).
     pub fn vs_unfused(&self) -> Option<f64> {
         UNFUSED.iter().find_map(|name| self.vs(name))
+    }
+
+    /// [`Row::units`] per second, with their name.
+    pub fn units_per_s(&self) -> Option<(f64, &str)> {
+        self.units
+            .as_ref()
+            .map(|(n, name)| (n / self.ns_per_iter * 1e9, name.as_str()))
     }
 
     /// Whether the row is a kernel of this crate (not plain Rust, nor a machine limit).
@@ -137,6 +149,12 @@ impl Row {
         o.opt_str("method", self.method.as_deref());
         o.num("rel_iqr", Some(self.rel_iqr));
         o.num("rounds", Some(self.rounds as f64));
+        if let Some((per_s, name)) = self.units_per_s() {
+            o.num(&format!("{name}_per_s"), Some(per_s));
+        }
+        if !self.steps.is_empty() {
+            o.map("step_shares", &self.steps);
+        }
         o.finish()
     }
 }
@@ -244,7 +262,7 @@ fn push_json_string(out: &mut String, s: &str) {
 
 /// The table's columns: title, width, right-aligned.
 const COLUMNS: [(&str, usize, bool); 15] = [
-    ("kernel", 11, false),
+    ("kernel", 12, false),
     ("isa", 6, false),
     ("type", 4, false),
     ("shape", 24, false),

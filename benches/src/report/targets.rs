@@ -256,6 +256,10 @@ fn gau_causal(r: &Row) -> bool {
     f32_rows(r) && gau::parse_shape(&r.shape).is_some_and(|(_, causal)| causal)
 }
 
+fn encoder_one_by_128(r: &Row) -> bool {
+    r.shape == "1x128"
+}
+
 /// A linear row's `(M, GELU, bf16 weights)`.
 fn linear_shape(r: &Row) -> Option<(usize, bool, bool)> {
     let (m, (_, _, gelu), bf16) = linear::parse_shape(&r.shape)?;
@@ -741,6 +745,28 @@ pub const TARGETS: &[Target] = &[
         measures: "speed-up over the gemm crate then a separate bias loop, layers without activation, M ≥ 128",
         label: "xgemm id",
         rows: linear_large_identity,
+        value: vs_gemm,
+        goal: Goal::None,
+        unit: Unit::Times,
+    },
+    // The whole encoder pass: the FMA peak at a batch of one 128-token sentence (every layer
+    // compute-bound), and the speed-up over the same model from unfused steps.
+    Target {
+        kernels: &["encoder"],
+        isas: Isas::All,
+        measures: "fraction of the same-run FMA peak over the whole pass, 1x128",
+        label: "fma",
+        rows: encoder_one_by_128,
+        value: roof,
+        goal: Goal::AtLeast(0.8),
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["encoder"],
+        isas: Isas::All,
+        measures: "speed-up over the same model from the gemm crate and separate bias, GELU, add and norm passes",
+        label: "xunfused",
+        rows: f32_rows,
         value: vs_gemm,
         goal: Goal::None,
         unit: Unit::Times,
