@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-compiles the `kernels` and `reference` tests for aarch64 and runs them under qemu, so the
-# NEON path is tested on an x86-64 CI machine (see shared/DESIGN.md, "Testing").
+# NEON path is tested on an x86-64 CI machine.
 #
 #   scripts/test-aarch64.sh                 # everything
 #   scripts/test-aarch64.sh --install-only  # step 1 only (e.g. a CI setup step)

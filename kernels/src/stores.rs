@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 /// `add_layer_norm`, `rms_norm`, `add_rms_norm` and their in-place and `with_stats` forms),
 /// and by the `h` output of the add forms, on AVX2 and AVX-512, in rows of at least 512
 /// values. The scalar and NEON paths, the half types, the in-place `h` (written over the `x`
-/// just read) and every other kernel always store ordinarily. The kernel module docs
-/// (`norm`) give the measurements.
+/// just read) and every other kernel always store ordinarily.
+///
 /// The choice changes where the output is in the memory hierarchy, never its value: the
 /// results are the same bit for bit.
 ///

@@ -1,5 +1,5 @@
 //! The normalization family on every ISA against the f64 oracle, under the documented bounds
-//! (`reference::check_*` implement them), plus the hard rows of DESIGN.md and the errors.
+//! (`reference::check_*` implement them), plus the rows hard on purpose and the errors.
 
 mod common;
 
@@ -579,7 +579,7 @@ fn assert_hard(k: &Kernels, name: &str, x: &[f32], d: usize, y: &[f32]) {
     eprintln!("{name:>26} {:>7}: worst error {worst:.2e}·max(|ŷ|, 1)", k.isa().name());
 }
 
-/// The rows DESIGN.md lists as breaking `E[x²] − E[x]²`, on every ISA, through `layer_norm` and
+/// The rows known to break `E[x²] − E[x]²`, on every ISA, through `layer_norm` and
 /// through `add_layer_norm` (as `x + 0`, with and without the `h` output).
 #[test]
 fn hard_rows() {

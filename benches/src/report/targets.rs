@@ -317,7 +317,7 @@ const HALF_MEMORY_BOUND: &[&str] = &[
     "batch_norm",
 ];
 
-/// Every target and figure of the report (shared/PERF.md explains the goals).
+/// Every target and figure of the report.
 pub const TARGETS: &[Target] = &[
     // Softmax: in cache it should cost little more than the exps it computes; beyond L2 run at
     // the memory's speed.

@@ -1,7 +1,9 @@
 //! Add & Norm with its operands named: [`AddNorm`], run by [`Kernels::add_and_layer_norm`]
 //! and [`Kernels::add_and_rms_norm`].
 
-use super::{LayerNormOptions, Residual, RmsNormOptions};
+use super::call::Residual;
+use super::layer_norm::LayerNormOptions;
+use super::rms_norm::RmsNormOptions;
 use crate::dispatch::Kernels;
 use crate::element::Element;
 use crate::error::Error;

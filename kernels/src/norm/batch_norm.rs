@@ -15,9 +15,10 @@
 //! `4·ACC·LANES` floats per row, so that the normalize sweep of a group follows its statistics
 //! while the group is still in cache.
 
-use super::{
+use super::call::RowStats;
+use super::stats::{
     check_eps, check_len, check_opt, for_each_vector, load_n, moments, mut_ptr_of, ptr_of, rstd_of, store_n, Affine,
-    Idle, Moments, Plain, RowStats, ACC, MAX_LANES, RECIP, STEPS,
+    Idle, Moments, Plain, ACC, MAX_LANES, RECIP, STEPS,
 };
 use crate::dispatch::Kernels;
 use crate::element::{Element, PerElement, Typed};

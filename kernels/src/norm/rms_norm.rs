@@ -1,10 +1,10 @@
-//! RMSNorm and the fused Add & RMSNorm.
+//! RMSNorm's options and its row op: the mean square of a row, its scaling sweep.
 
-use super::layer_norm::{NormArgs, NormCall, NormKind, RowOp};
-use super::{load_n, rstd_of, sum_squares, write_span, Output, Pending, Residual, RowStats, Source, Values};
-use crate::dispatch::Kernels;
+use super::call::NormCall;
+use super::rows::RowOp;
+use super::stats::{load_n, rstd_of, sum_squares, write_span, Output, Pending, Source, Values};
 use crate::simd::Simd;
-use crate::{Element, Error};
+use crate::Element;
 
 /// Options of [`rms_norm`](crate::rms_norm()) and [`add_rms_norm`](crate::add_rms_norm()).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -18,98 +18,6 @@ pub struct RmsNormOptions<'a> {
 impl Default for RmsNormOptions<'_> {
     fn default() -> Self {
         RmsNormOptions { gain: None, eps: 1e-6 }
-    }
-}
-
-impl Kernels {
-    /// RMSNorm of each row of `x` (`[rows, d]`) into `out`. See [`rms_norm`](crate::rms_norm()).
-    pub fn rms_norm<E: Element>(&self, x: &[E], out: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-        self.norm(rms_args(
-            (x.as_ptr(), x.len()),
-            (out.as_mut_ptr(), out.len()),
-            None,
-            None,
-            d,
-            opts,
-        ))
-    }
-
-    /// RMSNorm of each row of `x` (`[rows, d]`), in place.
-    pub fn rms_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-        self.norm(rms_args(
-            (x.as_ptr(), x.len()),
-            (x.as_mut_ptr(), x.len()),
-            None,
-            None,
-            d,
-            opts,
-        ))
-    }
-
-    /// `h = α·x + (r + b)`, `out = RMSNorm(h)`, `h` written to `h` if given. See
-    /// [`add_rms_norm`](crate::add_rms_norm()).
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_rms_norm<E: Element>(
-        &self,
-        x: &[E],
-        r: &[E],
-        out: &mut [E],
-        h: Option<&mut [E]>,
-        d: usize,
-        residual: &Residual,
-        opts: &RmsNormOptions,
-    ) -> Result<(), Error> {
-        self.norm(rms_args(
-            (x.as_ptr(), x.len()),
-            (out.as_mut_ptr(), out.len()),
-            Some((r, *residual)),
-            h.map(|h| (h.as_mut_ptr(), h.len())),
-            d,
-            opts,
-        ))
-    }
-
-    /// [`add_rms_norm`](Self::add_rms_norm) with the residual stream updated in place:
-    /// `x ← α·x + (r + b)`, `out = RMSNorm(x)`.
-    pub fn add_rms_norm_inplace<E: Element>(
-        &self,
-        x: &mut [E],
-        r: &[E],
-        out: &mut [E],
-        d: usize,
-        residual: &Residual,
-        opts: &RmsNormOptions,
-    ) -> Result<(), Error> {
-        self.norm(rms_args(
-            (x.as_ptr(), x.len()),
-            (out.as_mut_ptr(), out.len()),
-            Some((r, *residual)),
-            Some((x.as_mut_ptr(), x.len())),
-            d,
-            opts,
-        ))
-    }
-}
-
-fn rms_args<'a, E>(
-    x: (*const E, usize),
-    y: (*mut E, usize),
-    add: Option<(&'a [E], Residual<'a>)>,
-    h: Option<(*mut E, usize)>,
-    d: usize,
-    opts: &RmsNormOptions<'a>,
-) -> NormArgs<'a, 'static, E> {
-    NormArgs {
-        kind: NormKind::Rms,
-        x,
-        y,
-        add,
-        h,
-        d,
-        gamma: opts.gain,
-        beta: None,
-        eps: opts.eps,
-        stats: RowStats::default(),
     }
 }
 
