@@ -107,11 +107,28 @@ impl AttentionWorkspace {
         Self::default()
     }
 
-    /// A workspace already large enough for calls of `shape`.
+    /// A workspace with room for calls of `shape`, reserved (not yet written). A shape that no
+    /// call could accept (a zero head size, `kv_heads` not dividing `heads`, an operand of
+    /// more elements than `usize` counts), or whose workspace the allocator refuses, leaves it
+    /// empty: the call then reports what is wrong, and nothing here can abort.
     pub fn for_shape(shape: &AttentionShape) -> Self {
         let mut ws = Self::new();
-        if let Some(len) = workspace_len(shape.kv_len, shape.head_dim, shape.value_dim) {
-            ws.buf.resize(len, 0.0);
+        let s = shape;
+        let operands = [
+            [s.batch, s.heads, s.q_len, s.head_dim],
+            [s.batch, s.kv_heads, s.kv_len, s.head_dim],
+            [s.batch, s.kv_heads, s.kv_len, s.value_dim],
+            [s.batch, s.heads, s.q_len, s.value_dim],
+        ];
+        let counted = operands
+            .iter()
+            .all(|dims| dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_some());
+        if let (Ok(()), true, Some(len)) = (
+            check_shape(s),
+            counted,
+            workspace_len(s.kv_len, s.head_dim, s.value_dim),
+        ) {
+            let _ = ws.buf.try_reserve_exact(len);
         }
         ws
     }

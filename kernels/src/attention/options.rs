@@ -190,13 +190,15 @@ pub struct Layout {
 
 impl Layout {
     /// `[B, H, L, D]` row-major, from index 0: the layout of [`Kernels::attention`]'s slices.
+    /// (The strides saturate where the products overflow: the call that takes the view then
+    /// refuses it.)
     ///
     /// [`Kernels::attention`]: crate::Kernels::attention
     pub fn heads_first(heads: usize, len: usize, dim: usize) -> Self {
         Layout {
             offset: 0,
-            batch: heads * len * dim,
-            head: len * dim,
+            batch: heads.saturating_mul(len).saturating_mul(dim),
+            head: len.saturating_mul(dim),
             row: dim,
         }
     }
@@ -204,11 +206,11 @@ impl Layout {
     /// `[B, L, H, D]` inside rows of `width` elements per token, the heads starting at column
     /// `offset` of a row: `[B, L, H·D]` (`width = H·D`, `offset = 0`), or Q, K or V in the
     /// output of a fused projection `[B, L, 3·H·D]` (`width = 3·H·D`, `offset` = 0, `H·D` or
-    /// `2·H·D`).
+    /// `2·H·D`). (The batch stride saturates where `L·width` overflows.)
     pub fn tokens_first(len: usize, width: usize, offset: usize, dim: usize) -> Self {
         Layout {
             offset,
-            batch: len * width,
+            batch: len.saturating_mul(width),
             head: dim,
             row: width,
         }
