@@ -259,3 +259,29 @@ fn errors_name_the_argument() {
     // No rows: nothing to do.
     k.linear(&[] as &[f32], &layer, &mut [], &opts).unwrap();
 }
+
+/// An infinite weight beside finite terms whose f32 sum overflows to the other infinity: the
+/// f32 formula gives NaN where the exact sum is −∞, and the check accepts that NaN (found by
+/// the fuzz target with bf16 weights, where ±3.4·10³⁸ round to ±∞), but nothing else.
+#[test]
+fn overflowing_terms_beside_an_infinite_weight() {
+    // x·W: 3.4·10³⁸ · 2 overflows f32 to +∞; 1 · (−∞) is −∞.
+    let (x, w) = ([f32::MAX, 1.0], [2.0, f32::NEG_INFINITY]);
+    let layer = LinearWeights {
+        weights: &w,
+        layout: WeightLayout::InOut,
+        in_features: 2,
+        out_features: 1,
+        bias: None,
+    };
+    for k in all_kernels() {
+        let packed = k.pack_linear(&layer, WeightType::F32).unwrap();
+        let mut y = [0.0f32];
+        k.linear(&x, &packed, &mut y, &LinearOptions::default()).unwrap();
+        assert!(y[0].is_nan(), "{}: {}", k.isa(), y[0]);
+        let check = |y: f32| reference::check_linear(&x, &w, (2, 1), None, reference::Activation::Identity, None, &[y]);
+        assert!(check(y[0]).is_ok(), "{}", k.isa());
+        assert!(check(f32::INFINITY).is_err() && check(0.0).is_err());
+        assert!(check(f32::NEG_INFINITY).is_ok(), "the exact value");
+    }
+}
