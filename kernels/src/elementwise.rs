@@ -124,7 +124,9 @@ impl Kernels {
 
     /// `x[i] = eˣⁱ`, in place.
     pub fn exp_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        unsafe { self.run_exp(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Exp))) };
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let (len, p) = (x.len(), x.as_mut_ptr());
+        unsafe { self.run_exp(E::typed(map_row(p.cast_const(), p, len, Exp))) };
         Ok(())
     }
 
@@ -137,7 +139,9 @@ impl Kernels {
 
     /// `x[i] = σ(xᵢ)`, in place.
     pub fn sigmoid_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        unsafe { self.run_sigmoid(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Sigmoid))) };
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let (len, p) = (x.len(), x.as_mut_ptr());
+        unsafe { self.run_sigmoid(E::typed(map_row(p.cast_const(), p, len, Sigmoid))) };
         Ok(())
     }
 
@@ -150,7 +154,9 @@ impl Kernels {
 
     /// `x[i] = swish(xᵢ)`, in place.
     pub fn swish_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        unsafe { self.run_swish(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Swish))) };
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let (len, p) = (x.len(), x.as_mut_ptr());
+        unsafe { self.run_swish(E::typed(map_row(p.cast_const(), p, len, Swish))) };
         Ok(())
     }
 
@@ -163,7 +169,9 @@ impl Kernels {
 
     /// `x[i] = gelu(xᵢ)`, the erf form, in place.
     pub fn gelu_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        unsafe { self.run_gelu(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), Gelu))) };
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let (len, p) = (x.len(), x.as_mut_ptr());
+        unsafe { self.run_gelu(E::typed(map_row(p.cast_const(), p, len, Gelu))) };
         Ok(())
     }
 
@@ -176,7 +184,9 @@ impl Kernels {
 
     /// `x[i] = gelu_tanh(xᵢ)`, the tanh form, in place.
     pub fn gelu_tanh_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        unsafe { self.run_gelu_tanh(E::typed(map_row(x.as_ptr(), x.as_mut_ptr(), x.len(), GeluTanh))) };
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let (len, p) = (x.len(), x.as_mut_ptr());
+        unsafe { self.run_gelu_tanh(E::typed(map_row(p.cast_const(), p, len, GeluTanh))) };
         Ok(())
     }
 

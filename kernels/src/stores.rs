@@ -102,7 +102,7 @@ pub fn level2_cache() -> Option<usize> {
 pub(crate) fn prefetchw() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
         {
             use std::arch::x86_64::__cpuid_count;
             // CPUID is safe on x86-64 (see `detect`).
@@ -110,7 +110,8 @@ pub(crate) fn prefetchw() -> bool {
             let cpuid = |leaf: u32| unsafe { __cpuid_count(leaf, 0) };
             cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & (1 << 8) != 0
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        // (Miri interprets no CPUID.)
+        #[cfg(any(not(target_arch = "x86_64"), miri))]
         false
     })
 }
@@ -118,7 +119,7 @@ pub(crate) fn prefetchw() -> bool {
 /// The largest data or unified cache of CPUID's deterministic cache parameters, of `level`
 /// if given: leaf 4 (Intel), else leaf `0x8000_001D` (AMD, whose leaf 4 is reserved and
 /// reads as zeros).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 fn detect(level: Option<u32>) -> Option<usize> {
     use std::arch::x86_64::__cpuid_count;
     // CPUID is safe on x86-64; the intrinsics became safe functions after this crate's
@@ -147,9 +148,10 @@ fn detect(level: Option<u32>) -> Option<usize> {
         .or_else(|| (extended >= 0x8000_001d).then(|| largest(0x8000_001d)).flatten())
 }
 
-/// No cache description is read on other architectures: [`Stores::Auto`] stores ordinarily
+/// No cache description is read on other architectures (nor under Miri, which interprets no
+/// CPUID): [`Stores::Auto`] stores ordinarily
 /// there, which is all their paths do anyway.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(any(not(target_arch = "x86_64"), miri))]
 fn detect(_level: Option<u32>) -> Option<usize> {
     None
 }

@@ -142,10 +142,13 @@ impl Kernels {
 
     /// LayerNorm of each row of `x` (`[rows, d]`), in place.
     pub fn layer_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
+        // One pointer for `x` and its in-place output: a second borrow would invalidate
+        // the first.
+        let (len, xp) = (x.len(), x.as_mut_ptr());
         self.norm(NormArgs {
             kind: NormKind::Layer,
-            x: (x.as_ptr(), x.len()),
-            y: (x.as_mut_ptr(), x.len()),
+            x: (xp.cast_const(), len),
+            y: (xp, len),
             add: None,
             h: None,
             d,
@@ -207,12 +210,15 @@ impl Kernels {
         residual: &Residual,
         opts: &LayerNormOptions,
     ) -> Result<(), Error> {
+        // One pointer for `x` and its in-place output: a second borrow would invalidate
+        // the first.
+        let (len, xp) = (x.len(), x.as_mut_ptr());
         self.norm(NormArgs {
             kind: NormKind::Layer,
-            x: (x.as_ptr(), x.len()),
+            x: (xp.cast_const(), len),
             y: (out.as_mut_ptr(), out.len()),
             add: Some((r, *residual)),
-            h: Some((x.as_mut_ptr(), x.len())),
+            h: Some((xp, len)),
             d,
             gamma: opts.gamma,
             beta: opts.beta,
@@ -310,14 +316,10 @@ impl Kernels {
 
     /// RMSNorm of each row of `x` (`[rows, d]`), in place.
     pub fn rms_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-        self.norm(rms_args(
-            (x.as_ptr(), x.len()),
-            (x.as_mut_ptr(), x.len()),
-            None,
-            None,
-            d,
-            opts,
-        ))
+        // One pointer for `x` and its in-place output: a second borrow would invalidate
+        // the first.
+        let (len, xp) = (x.len(), x.as_mut_ptr());
+        self.norm(rms_args((xp.cast_const(), len), (xp, len), None, None, d, opts))
     }
 
     /// `h = α·x + (r + b)`, `out = RMSNorm(h)`, `h` written to `h` if given. See
@@ -354,11 +356,14 @@ impl Kernels {
         residual: &Residual,
         opts: &RmsNormOptions,
     ) -> Result<(), Error> {
+        // One pointer for `x` and its in-place output: a second borrow would invalidate
+        // the first.
+        let (len, xp) = (x.len(), x.as_mut_ptr());
         self.norm(rms_args(
-            (x.as_ptr(), x.len()),
+            (xp.cast_const(), len),
             (out.as_mut_ptr(), out.len()),
             Some((r, *residual)),
-            Some((x.as_mut_ptr(), x.len())),
+            Some((xp, len)),
             d,
             opts,
         ))

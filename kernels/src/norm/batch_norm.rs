@@ -169,9 +169,12 @@ impl Kernels {
         running_var: &[f32],
         opts: &BatchNormOptions,
     ) -> Result<(), Error> {
+        // One pointer for `x` and its in-place output: a second borrow would invalidate
+        // the first.
+        let (len, xp) = (x.len(), x.as_mut_ptr());
         self.batch_norm_call(BatchArgs {
-            x: (x.as_ptr(), x.len()),
-            y: (x.as_mut_ptr(), x.len()),
+            x: (xp.cast_const(), len),
+            y: (xp, len),
             shape,
             running: (
                 running_mean.as_ptr() as *mut f32,

@@ -195,7 +195,9 @@ impl Kernels {
     /// Softmax of each row of `x` (`[rows, n]`), in place.
     pub fn softmax_inplace<E: Element>(&self, x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), None, n, opts)?;
-        self.softmax_call(x.as_ptr(), x.as_mut_ptr(), rows, n, opts, false);
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let p = x.as_mut_ptr();
+        self.softmax_call(p.cast_const(), p, rows, n, opts, false);
         Ok(())
     }
 
@@ -216,7 +218,9 @@ impl Kernels {
     /// Log-softmax of each row of `x` (`[rows, n]`), in place.
     pub fn log_softmax_inplace<E: Element>(&self, x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), None, n, opts)?;
-        self.softmax_call(x.as_ptr(), x.as_mut_ptr(), rows, n, opts, true);
+        // One pointer for both: a second borrow of `x` would invalidate the first.
+        let p = x.as_mut_ptr();
+        self.softmax_call(p.cast_const(), p, rows, n, opts, true);
         Ok(())
     }
 }
