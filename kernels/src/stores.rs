@@ -97,25 +97,6 @@ pub fn level2_cache() -> Option<usize> {
     *SIZE.get_or_init(|| detect(Some(2)))
 }
 
-/// Whether the CPU runs PREFETCHW ([`Simd::prefetch_write`](crate::simd::Simd::prefetch_write)):
-/// CPUID `0x8000_0001` ECX bit 8 (PRFCHW, "3DNowPrefetch"), read once.
-pub(crate) fn prefetchw() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        {
-            use std::arch::x86_64::__cpuid_count;
-            // CPUID is safe on x86-64 (see `detect`).
-            #[allow(unused_unsafe)]
-            let cpuid = |leaf: u32| unsafe { __cpuid_count(leaf, 0) };
-            cpuid(0x8000_0000).eax >= 0x8000_0001 && cpuid(0x8000_0001).ecx & (1 << 8) != 0
-        }
-        // (Miri interprets no CPUID.)
-        #[cfg(any(not(target_arch = "x86_64"), miri))]
-        false
-    })
-}
-
 /// The largest data or unified cache of CPUID's deterministic cache parameters, of `level`
 /// if given: leaf 4 (Intel), else leaf `0x8000_001D` (AMD, whose leaf 4 is reserved and
 /// reads as zeros).

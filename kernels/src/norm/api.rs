@@ -10,16 +10,6 @@ use crate::dispatch::Kernels;
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
 
-/// f32 LayerNorm and RMSNorm calls on AVX2 and AVX-512 whose working set is at least this
-/// many times the level-2 cache fetch the lines of `y` for ownership ahead of the normalize
-/// sweep's stores, where they store ordinarily: with each vector stored, the line two spans
-/// of the trail ahead (see `write_span`). The spans stored after a chunk's fast second pass
-/// otherwise wait on lines that are not in cache. Plain calls, and LayerNorm's add forms
-/// where `y` does not hold `h` between the sweeps (its lines are in cache then); plain
-/// LayerNorm of the half types too; only where the CPU has the instruction
-/// ([`prefetchw`](crate::stores::prefetchw)).
-const PREFETCH_Y_L2S: usize = 4;
-
 /// Rows shorter than this are never streamed: a row whose ends are not vector-aligned leaves
 /// a partial line at each end, written by ordinary stores, and in short rows those stall the
 /// streaming stores around them.
@@ -84,20 +74,6 @@ impl Kernels {
             (true, None) if E::IS_F32 && !stream => a.y.0,
             (true, None) => std::ptr::null_mut(),
         };
-        // (Not where `y` holds `h` between the sweeps: its lines are in cache by then.)
-        // (Measured: f32 LayerNorm, plain or add form, and plain RMSNorm; plain LayerNorm of
-        // the half types.)
-        let measured = if E::IS_F32 {
-            a.kind == NormKind::Layer || a.add.is_none()
-        } else {
-            a.kind == NormKind::Layer && a.add.is_none()
-        };
-        let prefetch_y = measured
-            && h != a.y.0
-            && !stream
-            && matches!(self.isa(), crate::Isa::Avx2 | crate::Isa::Avx512)
-            && crate::stores::prefetchw()
-            && crate::stores::level2_cache().is_some_and(|l2| bytes >= PREFETCH_Y_L2S * l2);
         let call = NormCall {
             kind: a.kind,
             x,
@@ -117,7 +93,6 @@ impl Kernels {
             blocks,
             groups,
             prefetch,
-            prefetch_y,
         };
         if rows > 0 {
             // SAFETY: every pointer covers what `NormCall` says, as checked above; outputs alias

@@ -75,9 +75,6 @@ pub(crate) struct NormCall<E> {
     /// Whether rows prefetch the next row's inputs during their statistics sweep; see
     /// [`PREFETCH_MIN`](super::PREFETCH_MIN).
     pub prefetch: bool,
-    /// Whether the normalize sweeps fetch the lines of `y` they write next for ownership
-    /// ahead of their stores; see [`PREFETCH_Y_L2S`].
-    pub prefetch_y: bool,
 }
 
 /// The arguments of a norm call before validation.

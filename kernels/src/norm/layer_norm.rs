@@ -172,9 +172,6 @@ pub(crate) struct Normalize<S: Simd, E, V, const GAMMA: bool, const BETA: bool> 
     shift: S::V,
     /// Whether `y` is written with streaming stores.
     stream: bool,
-    /// Whether each span fetches the lines of `y` two spans ahead for ownership
-    /// ([`PREFETCH_Y_L2S`]).
-    prefetch_y: bool,
     d: usize,
 }
 
@@ -190,7 +187,6 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Nor
             neg_rstd: s.splat(-a.rstd),
             shift: s.splat(a.shift),
             stream: call.stream,
-            prefetch_y: call.prefetch_y,
             d: call.d,
         }
     }
@@ -204,7 +200,7 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pen
         // SAFETY: forwarded; `y` covers the row.
         unsafe {
             self.h.write_h(s, self.d, i, n);
-            write_span(s, self, self.y, self.d, i, n, self.stream, self.prefetch_y)
+            write_span(s, self, self.y, self.d, i, n, self.stream)
         }
     }
 }

@@ -59,7 +59,6 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
             gain: call.gamma,
             rstd: s.splat(rstd as f32),
             stream: call.stream,
-            prefetch_y: call.prefetch_y,
             d: call.d,
         })
     }
@@ -87,8 +86,6 @@ pub(crate) struct Scale<S: Simd, E, V, const GAIN: bool> {
     rstd: S::V,
     /// Whether `y` is written with streaming stores.
     stream: bool,
-    /// Whether `y` is fetched for ownership ahead of the stores (as LayerNorm's).
-    prefetch_y: bool,
     d: usize,
 }
 
@@ -98,7 +95,7 @@ impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S
         // SAFETY: forwarded; `y` covers the row.
         unsafe {
             self.h.write_h(s, self.d, i, n);
-            write_span(s, self, self.y, self.d, i, n, self.stream, self.prefetch_y)
+            write_span(s, self, self.y, self.d, i, n, self.stream)
         }
     }
 }

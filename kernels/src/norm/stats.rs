@@ -469,7 +469,7 @@ impl<S: Simd, E: Element, const BIAS: bool> Values<S> for AddResidual<S, E, BIAS
     unsafe fn write_h(&self, s: S, d: usize, i: usize, n: usize) {
         if self.stream_h {
             // SAFETY: forwarded; `h` is not `x`, so the inputs stay intact for `y`.
-            unsafe { write_span(s, &Rebuilt(*self), self.h, d, i, n, true, false) }
+            unsafe { write_span(s, &Rebuilt(*self), self.h, d, i, n, true) }
         }
     }
     #[inline(always)]
@@ -1436,20 +1436,7 @@ pub(crate) unsafe fn write_span<S: Simd, E: Element, O: Output<S>>(
     i: usize,
     n: usize,
     stream: bool,
-    prefetch_y: bool,
 ) {
-    if prefetch_y {
-        // (Ordinary stores.) With each vector stored, the line of `y` two spans ahead is
-        // fetched for ownership: past the row's end, a line of the next row's `y`, or none of
-        // the call's, harmlessly (a prefetch never faults).
-        let ahead = y.wrapping_add(2 * n);
-        for_each_vector!(S::LANES, n, |j, m| {
-            // SAFETY: `i + j + m ≤ i + n ≤ d`.
-            unsafe { store_n(s, y, i + j, m, out.get(s, i + j, m)) };
-            s.prefetch_write(ahead.wrapping_add(i + j).cast_const().cast());
-        });
-        return;
-    }
     if !(E::IS_F32 && stream) {
         for_each_vector!(S::LANES, n, |j, m| {
             // SAFETY: `i + j + m ≤ i + n ≤ d`.

@@ -251,10 +251,6 @@ impl Simd for Avx512 {
         unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) }
     }
     #[inline(always)]
-    fn prefetch_write(self, p: *const f32) {
-        super::prefetchw(p)
-    }
-    #[inline(always)]
     fn reduce_add_f64(self, a: __m512) -> f64 {
         // SAFETY: see the impl (AVX-512 implies AVX).
         unsafe {

@@ -19,17 +19,6 @@ pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 
-/// PREFETCHW of the line holding `p`: [`Simd::prefetch_write`] on both x86 ISAs.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetchw(p: *const f32) {
-    // SAFETY: PREFETCHW never faults and changes no register, flag or memory; its callers run
-    // it only where CPUID lists it (`crate::stores::prefetchw`). (The intrinsic
-    // `_MM_HINT_ET0` would compile to a read prefetch without the `prfchw` target feature,
-    // which Rust does not name.)
-    unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) }
-}
-
 /// A vector of `LANES` f32 lanes and the primitives every kernel is built from.
 ///
 /// NaN convention of `max`/`min`: if `a` is NaN the result is NaN; if only `b` is NaN the
@@ -229,14 +218,6 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// default does nothing.
     #[inline(always)]
     fn prefetch_l2(self, p: *const f32) {
-        let _ = p;
-    }
-    /// Hints that the cache line holding `p` will be written soon: fetched for ownership
-    /// now, so that the store to it does not wait for the line. Never faults. On x86 it is
-    /// PREFETCHW, which only CPUs that list it in CPUID may run
-    /// ([`prefetchw`](crate::stores::prefetchw)). The default does nothing.
-    #[inline(always)]
-    fn prefetch_write(self, p: *const f32) {
         let _ = p;
     }
 
