@@ -2,7 +2,7 @@
 
 mod common;
 
-use kernels::{available_isas, best_isa, last_level_cache, level2_cache, Error, Isa, Kernels, Stores};
+use kernels::{available_isas, best_isa, last_level_cache, Error, Isa, Kernels, Stores};
 
 /// Paths that are silently never dispatched hide bugs: every ISA the CPU has (read from
 /// `/proc/cpuinfo`, not from the crate's detection) must be available, hence exercised by the
@@ -146,6 +146,6 @@ fn cpuid_agrees_with_sysfs() {
         assert_eq!(last_level_cache(), Some(sysfs));
     }
     if let Some(sysfs) = largest(Some(2)) {
-        assert_eq!(level2_cache(), Some(sysfs));
+        assert_eq!(kernels::level2_cache(), Some(sysfs));
     }
 }
