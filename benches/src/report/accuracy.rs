@@ -11,6 +11,17 @@ pub struct Errors {
     pub max_rel: f64,
 }
 
+/// The normwise error `max |got − exact| / max |exact|`, a NaN in `got` (or `exact`) as ∞.
+pub fn normwise(got: &[f32], exact: &[f64]) -> f64 {
+    let scale = exact.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
+    let err = got
+        .iter()
+        .zip(exact)
+        .map(|(&g, &x)| (g as f64 - x).abs())
+        .fold(0.0, |m: f64, e| if e.is_nan() { f64::INFINITY } else { m.max(e) });
+    err / scale
+}
+
 /// The worst errors of `got` against `exact`.
 ///
 /// # Panics

@@ -26,6 +26,7 @@ use kernels::{
     MaskShape,
 };
 
+use super::accuracy::normwise;
 use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
@@ -286,17 +287,6 @@ enum Contender {
     Unfused(usize),
     /// The FMA-peak loop of an ISA.
     Fma(Isa),
-}
-
-/// `max |got − exact| / max |exact|`, NaN as ∞.
-fn normwise(got: &[f32], exact: &[f64]) -> f64 {
-    let scale = exact.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
-    let err = got
-        .iter()
-        .zip(exact)
-        .map(|(&g, &x)| (g as f64 - x).abs())
-        .fold(0.0, |m: f64, e| if e.is_nan() { f64::INFINITY } else { m.max(e) });
-    err / scale
 }
 
 /// The models of one ISA and their activations.

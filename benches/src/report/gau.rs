@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels, PackedGauWeights};
 
+use super::accuracy::normwise;
 use super::case::{fma_call_flops, fma_ratio, Case, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
@@ -308,24 +309,6 @@ pub fn flops(len: usize, causal: bool) -> (f64, f64) {
     let proj = 2.0 * t * d * (2.0 * e + s) + 2.0 * t * e * d;
     let pairs = if causal { t * (t + 1.0) / 2.0 } else { t * t };
     (proj + 2.0 * pairs * (s + e), proj + 2.0 * t * t * (s + e))
-}
-
-/// `max |got − exact| / max |exact|`.
-fn normwise(got: &[f32], exact: &[f64]) -> f64 {
-    let scale = exact.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
-    let err = got
-        .iter()
-        .zip(exact)
-        .map(|(&g, &x)| {
-            let e = (g as f64 - x).abs();
-            if e.is_nan() {
-                f64::INFINITY
-            } else {
-                e
-            }
-        })
-        .fold(0.0, f64::max);
-    err / scale
 }
 
 fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Row>, ReportError> {

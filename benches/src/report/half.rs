@@ -21,6 +21,7 @@ use std::hint::black_box;
 use kernels::half::{bf16, f16};
 use kernels::{AttentionOptions, AttentionShape, AttentionWorkspace, Element, GauOptions, GauWorkspace, Isa};
 
+use super::accuracy::normwise;
 use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
 use super::timing;
@@ -119,17 +120,6 @@ fn contenders(ctx: &Context) -> (Vec<usize>, Vec<Contender>) {
         list.push(Contender::Fma(ctx.kernels[i].isa()));
     }
     (isas, list)
-}
-
-/// `max |got − exact| / max |exact|`, NaN as ∞.
-fn normwise(got: &[f32], exact: &[f64]) -> f64 {
-    let scale = exact.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
-    let err = got
-        .iter()
-        .zip(exact)
-        .map(|(&g, &x)| (g as f64 - x).abs())
-        .fold(0.0, |m: f64, e| if e.is_nan() { f64::INFINITY } else { m.max(e) });
-    err / scale
 }
 
 /// The rows of one case from its timings: a row per printed ISA and half type.

@@ -38,6 +38,7 @@ use std::ops::Range;
 
 use kernels::{Activation, Isa, Kernels, LinearOptions, LinearWeights, PackedLinear, WeightLayout, WeightType};
 
+use super::accuracy::normwise;
 use super::case::{fma_call_flops, fma_ratio, Case, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
@@ -250,17 +251,6 @@ enum Contender {
 }
 
 const TYPES: [WeightType; 2] = [WeightType::F32, WeightType::Bf16];
-
-/// `max |got − exact| / max |exact|`, NaN as ∞.
-fn normwise(got: &[f32], exact: &[f64]) -> f64 {
-    let scale = exact.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
-    let err = got
-        .iter()
-        .zip(exact)
-        .map(|(&g, &x)| (g as f64 - x).abs())
-        .fold(0.0, |m: f64, e| if e.is_nan() { f64::INFINITY } else { m.max(e) });
-    err / scale
-}
 
 fn measure(m: usize, layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     let (k, n, gelu) = layer;
