@@ -8,6 +8,15 @@ use half::{bf16, f16};
 use crate::dispatch::{Kernels, Op};
 use crate::simd::Simd;
 
+/// The read and write pointers of an in-place call on `x`, and its length, from one borrow:
+/// `x.as_ptr()` then `x.as_mut_ptr()` would invalidate the first pointer (the second borrow of
+/// `x` does), and the kernel reads through it.
+pub(crate) fn in_place<E>(x: &mut [E]) -> (*const E, *mut E, usize) {
+    let len = x.len();
+    let p = x.as_mut_ptr();
+    (p.cast_const(), p, len)
+}
+
 /// A storage type of tensors: `f32`, [`half::f16`] or [`half::bf16`]. Sealed.
 ///
 /// The element type is only how a tensor is *stored*. Kernels widen each input element to

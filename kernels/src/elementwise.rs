@@ -7,7 +7,7 @@
 //! exactly, outputs rounded once.
 
 use crate::dispatch::{with_detected, Kernels, Op};
-use crate::element::{Element, PerElement, Typed};
+use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
 use crate::math::activation::{Sigmoid, Swish};
 use crate::math::exp::Exp;
@@ -124,9 +124,8 @@ impl Kernels {
 
     /// `x[i] = eˣⁱ`, in place.
     pub fn exp_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let (len, p) = (x.len(), x.as_mut_ptr());
-        unsafe { self.run_exp(E::typed(map_row(p.cast_const(), p, len, Exp))) };
+        let (src, dst, len) = in_place(x);
+        unsafe { self.run_exp(E::typed(map_row(src, dst, len, Exp))) };
         Ok(())
     }
 
@@ -139,9 +138,8 @@ impl Kernels {
 
     /// `x[i] = σ(xᵢ)`, in place.
     pub fn sigmoid_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let (len, p) = (x.len(), x.as_mut_ptr());
-        unsafe { self.run_sigmoid(E::typed(map_row(p.cast_const(), p, len, Sigmoid))) };
+        let (src, dst, len) = in_place(x);
+        unsafe { self.run_sigmoid(E::typed(map_row(src, dst, len, Sigmoid))) };
         Ok(())
     }
 
@@ -154,9 +152,8 @@ impl Kernels {
 
     /// `x[i] = swish(xᵢ)`, in place.
     pub fn swish_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let (len, p) = (x.len(), x.as_mut_ptr());
-        unsafe { self.run_swish(E::typed(map_row(p.cast_const(), p, len, Swish))) };
+        let (src, dst, len) = in_place(x);
+        unsafe { self.run_swish(E::typed(map_row(src, dst, len, Swish))) };
         Ok(())
     }
 
@@ -169,9 +166,8 @@ impl Kernels {
 
     /// `x[i] = gelu(xᵢ)`, the erf form, in place.
     pub fn gelu_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let (len, p) = (x.len(), x.as_mut_ptr());
-        unsafe { self.run_gelu(E::typed(map_row(p.cast_const(), p, len, Gelu))) };
+        let (src, dst, len) = in_place(x);
+        unsafe { self.run_gelu(E::typed(map_row(src, dst, len, Gelu))) };
         Ok(())
     }
 
@@ -184,9 +180,8 @@ impl Kernels {
 
     /// `x[i] = gelu_tanh(xᵢ)`, the tanh form, in place.
     pub fn gelu_tanh_inplace<E: Element>(&self, x: &mut [E]) -> Result<(), Error> {
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let (len, p) = (x.len(), x.as_mut_ptr());
-        unsafe { self.run_gelu_tanh(E::typed(map_row(p.cast_const(), p, len, GeluTanh))) };
+        let (src, dst, len) = in_place(x);
+        unsafe { self.run_gelu_tanh(E::typed(map_row(src, dst, len, GeluTanh))) };
         Ok(())
     }
 

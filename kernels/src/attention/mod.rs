@@ -120,9 +120,7 @@ impl AttentionWorkspace {
             [s.batch, s.kv_heads, s.kv_len, s.value_dim],
             [s.batch, s.heads, s.q_len, s.value_dim],
         ];
-        let counted = operands
-            .iter()
-            .all(|dims| dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_some());
+        let counted = operands.iter().all(|dims| Error::product("shape", dims).is_ok());
         if let (Ok(()), true, Some(len)) = (
             check_shape(s),
             counted,

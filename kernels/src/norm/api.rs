@@ -7,7 +7,7 @@ use super::rms_norm::{Rms, RmsNormOptions};
 use super::rows::{walks, BLOCKS_MAX_D, GROUPS_MAX_BYTES};
 use super::stats::{check_eps, check_len, check_opt, mut_ptr_of, ptr_of, PREFETCH_MIN};
 use crate::dispatch::Kernels;
-use crate::element::{Element, PerElement, Typed};
+use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
 
 /// Rows shorter than this are never streamed: a row whose ends are not vector-aligned leaves
@@ -117,13 +117,11 @@ impl Kernels {
 
     /// LayerNorm of each row of `x` (`[rows, d]`), in place.
     pub fn layer_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &LayerNormOptions) -> Result<(), Error> {
-        // One pointer for `x` and its in-place output: a second borrow would invalidate
-        // the first.
-        let (len, xp) = (x.len(), x.as_mut_ptr());
+        let (src, dst, len) = in_place(x);
         self.norm(NormArgs {
             kind: NormKind::Layer,
-            x: (xp.cast_const(), len),
-            y: (xp, len),
+            x: (src, len),
+            y: (dst, len),
             add: None,
             h: None,
             d,
@@ -185,15 +183,13 @@ impl Kernels {
         residual: &Residual,
         opts: &LayerNormOptions,
     ) -> Result<(), Error> {
-        // One pointer for `x` and its in-place output: a second borrow would invalidate
-        // the first.
-        let (len, xp) = (x.len(), x.as_mut_ptr());
+        let (src, dst, len) = in_place(x);
         self.norm(NormArgs {
             kind: NormKind::Layer,
-            x: (xp.cast_const(), len),
+            x: (src, len),
             y: (out.as_mut_ptr(), out.len()),
             add: Some((r, *residual)),
-            h: Some((xp, len)),
+            h: Some((dst, len)),
             d,
             gamma: opts.gamma,
             beta: opts.beta,
@@ -291,10 +287,8 @@ impl Kernels {
 
     /// RMSNorm of each row of `x` (`[rows, d]`), in place.
     pub fn rms_norm_inplace<E: Element>(&self, x: &mut [E], d: usize, opts: &RmsNormOptions) -> Result<(), Error> {
-        // One pointer for `x` and its in-place output: a second borrow would invalidate
-        // the first.
-        let (len, xp) = (x.len(), x.as_mut_ptr());
-        self.norm(rms_args((xp.cast_const(), len), (xp, len), None, None, d, opts))
+        let (src, dst, len) = in_place(x);
+        self.norm(rms_args((src, len), (dst, len), None, None, d, opts))
     }
 
     /// `h = α·x + (r + b)`, `out = RMSNorm(h)`, `h` written to `h` if given. See
@@ -331,14 +325,12 @@ impl Kernels {
         residual: &Residual,
         opts: &RmsNormOptions,
     ) -> Result<(), Error> {
-        // One pointer for `x` and its in-place output: a second borrow would invalidate
-        // the first.
-        let (len, xp) = (x.len(), x.as_mut_ptr());
+        let (src, dst, len) = in_place(x);
         self.norm(rms_args(
-            (xp.cast_const(), len),
+            (src, len),
             (out.as_mut_ptr(), out.len()),
             Some((r, *residual)),
-            Some((xp, len)),
+            Some((dst, len)),
             d,
             opts,
         ))

@@ -21,7 +21,7 @@ use super::stats::{
     Idle, Moments, Plain, ACC, MAX_LANES, RECIP, STEPS,
 };
 use crate::dispatch::Kernels;
-use crate::element::{Element, PerElement, Typed};
+use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
 use crate::simd::Simd;
 
@@ -169,12 +169,10 @@ impl Kernels {
         running_var: &[f32],
         opts: &BatchNormOptions,
     ) -> Result<(), Error> {
-        // One pointer for `x` and its in-place output: a second borrow would invalidate
-        // the first.
-        let (len, xp) = (x.len(), x.as_mut_ptr());
+        let (src, dst, len) = in_place(x);
         self.batch_norm_call(BatchArgs {
-            x: (xp.cast_const(), len),
-            y: (xp, len),
+            x: (src, len),
+            y: (dst, len),
             shape,
             running: (
                 running_mean.as_ptr() as *mut f32,

@@ -69,7 +69,7 @@
 use std::mem::{size_of, MaybeUninit};
 
 use crate::dispatch::{with_detected, Kernels, Op};
-use crate::element::{Element, PerElement, Typed};
+use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
 use crate::math::exp::exp_nonpositive;
 use crate::simd::Simd;
@@ -195,9 +195,8 @@ impl Kernels {
     /// Softmax of each row of `x` (`[rows, n]`), in place.
     pub fn softmax_inplace<E: Element>(&self, x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), None, n, opts)?;
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let p = x.as_mut_ptr();
-        self.softmax_call(p.cast_const(), p, rows, n, opts, false);
+        let (src, dst, _) = in_place(x);
+        self.softmax_call(src, dst, rows, n, opts, false);
         Ok(())
     }
 
@@ -218,9 +217,8 @@ impl Kernels {
     /// Log-softmax of each row of `x` (`[rows, n]`), in place.
     pub fn log_softmax_inplace<E: Element>(&self, x: &mut [E], n: usize, opts: &SoftmaxOptions) -> Result<(), Error> {
         let rows = validate(x.len(), None, n, opts)?;
-        // One pointer for both: a second borrow of `x` would invalidate the first.
-        let p = x.as_mut_ptr();
-        self.softmax_call(p.cast_const(), p, rows, n, opts, true);
+        let (src, dst, _) = in_place(x);
+        self.softmax_call(src, dst, rows, n, opts, true);
         Ok(())
     }
 }
