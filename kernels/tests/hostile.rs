@@ -11,11 +11,14 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
+mod common;
+
+use common::all_kernels;
 use kernels::half::f16;
 use kernels::{
-    available_isas, AddNorm, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions,
-    Error, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, Layout, LinearOptions,
-    LinearWeights, MaskShape, Residual, RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
+    AddNorm, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Error, GauOptions,
+    GauShape, GauWeights, GauWorkspace, LayerNormOptions, Layout, LinearOptions, LinearWeights, MaskShape, Residual,
+    RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
 };
 
 /// Counts the bytes allocated by the current thread.
@@ -59,7 +62,7 @@ static ALLOCATOR: Counting = Counting;
 const SMALL: usize = 4096;
 
 /// Runs `f`, checks the allocation bound, and, where `arg` is given, that it failed naming
-/// `arg`. Returns the outcome as printed.
+/// `arg`; prints the outcome (once, on the best ISA).
 fn hostile<T>(case: &str, isa: kernels::Isa, arg: Option<&str>, f: impl FnOnce() -> Result<T, Error>) {
     let before = ALLOCATED.with(Cell::get);
     let result = f();
@@ -80,17 +83,11 @@ fn hostile<T>(case: &str, isa: kernels::Isa, arg: Option<&str>, f: impl FnOnce()
     }
 }
 
-fn each_isa(mut f: impl FnMut(Kernels)) {
-    for isa in available_isas() {
-        f(Kernels::for_isa(isa).expect("available"));
-    }
-}
-
 const HUGE: usize = usize::MAX / 2 + 3;
 
 #[test]
 fn softmax_and_elementwise() {
-    each_isa(|k| {
+    for k in all_kernels() {
         let isa = k.isa();
         let (x, mut y) = (vec![1.0f32; 6], vec![0.0f32; 6]);
         let o = SoftmaxOptions::default();
@@ -116,12 +113,12 @@ fn softmax_and_elementwise() {
         hostile("gelu out empty", isa, Some("out"), || k.gelu(&x, &mut []));
         let mut h = vec![f16::ZERO; 5];
         hostile("narrow out of 5", isa, Some("out"), || k.narrow(&x, &mut h));
-    });
+    }
 }
 
 #[test]
 fn attention() {
-    each_isa(|k| {
+    for k in all_kernels() {
         let isa = k.isa();
         let o = AttentionOptions::default();
         let shape = |batch, heads, q_len, kv_len, head_dim| AttentionShape {
@@ -235,12 +232,12 @@ fn attention() {
                 &mut ws,
             )
         });
-    });
+    }
 }
 
 #[test]
 fn gau() {
-    each_isa(|k| {
+    for k in all_kernels() {
         let isa = k.isa();
         let (d, e, s) = (4, 2, 2);
         let (w_in, w_out, ones) = (vec![0.1f32; d * (2 * e + s)], vec![0.1f32; e * d], [1.0f32; 2]);
@@ -287,12 +284,12 @@ fn gau() {
         hostile("gau: a key length past T", isa, Some("key_lengths"), || {
             k.gau(&shape(1, 3, d, e, s), &x, &weights, &padded, &mut out, &mut ws)
         });
-    });
+    }
 }
 
 #[test]
 fn linear() {
-    each_isa(|k| {
+    for k in all_kernels() {
         let isa = k.isa();
         let w = vec![0.5f32; 6];
         let weights = |in_features, out_features| LinearWeights {
@@ -326,12 +323,12 @@ fn linear() {
         hostile("linear: residual of 2 for M·N = 6", isa, Some("opts.residual"), || {
             k.linear(&x[..4], &packed, &mut y[..6], &o.residual(&r))
         });
-    });
+    }
 }
 
 #[test]
 fn norms() {
-    each_isa(|k| {
+    for k in all_kernels() {
         let isa = k.isa();
         let (x, mut y) = (vec![1.0f32; 6], vec![0.0f32; 6]);
         let ln = LayerNormOptions::default();
@@ -395,5 +392,5 @@ fn norms() {
                 k.batch_norm_train(&x, &mut y, shape, &mut m, &mut v, &bn)
             });
         }
-    });
+    }
 }

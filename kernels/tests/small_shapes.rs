@@ -3,11 +3,14 @@
 //! interprets) to check the pointer logic for undefined behaviour:
 //! `cargo +nightly miri test -p kernels --test small_shapes`.
 
+mod common;
+
+use common::all_kernels;
 use kernels::half::f16;
 use kernels::{
-    available_isas, AddNorm, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions,
-    GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, Layout, LinearOptions,
-    LinearWeights, MaskShape, Residual, RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
+    AddNorm, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, GauAttention,
+    GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, Layout, LinearOptions, LinearWeights,
+    MaskShape, Residual, RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
 };
 use reference::fraction;
 
@@ -25,15 +28,9 @@ fn within(what: &str, k: &Kernels, fraction: f64) {
     assert!(fraction <= 1.0, "{what} on {}: {fraction} of the bound", k.isa());
 }
 
-fn each(f: impl Fn(&Kernels)) {
-    for isa in available_isas() {
-        f(&Kernels::for_isa(isa).expect("available"));
-    }
-}
-
 #[test]
 fn softmax_and_elementwise() {
-    each(|k| {
+    for k in &all_kernels() {
         let (n, x) = (11, values(33, 1));
         let mask: Vec<f32> = (0..n).map(|j| if j == 3 { f32::NEG_INFINITY } else { 0.0 }).collect();
         let o = SoftmaxOptions {
@@ -67,12 +64,12 @@ fn softmax_and_elementwise() {
         k.gelu_inplace(&mut h).unwrap();
         let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
         within("gelu f16", k, fraction::gelu(&xh, &h));
-    });
+    }
 }
 
 #[test]
 fn attention() {
-    each(|k| {
+    for k in &all_kernels() {
         let shape = AttentionShape::self_attention(2, 2, 5, 8);
         let len = 2 * 2 * 5 * 8;
         let (q, kk, v) = (values(len, 2), values(len, 3), values(len, 4));
@@ -158,12 +155,12 @@ fn attention() {
                 }
             }
         }
-    });
+    }
 }
 
 #[test]
 fn gau() {
-    each(|k| {
+    for k in &all_kernels() {
         let shape = GauShape {
             batch: 2,
             seq_len: 5,
@@ -226,12 +223,12 @@ fn gau() {
             };
             within("gau", k, fraction::gau(&rs, &x, &params, &out));
         }
-    });
+    }
 }
 
 #[test]
 fn linear() {
-    each(|k| {
+    for k in &all_kernels() {
         let (m, kk, n) = (3, 7, 9);
         let (w, bias, x, r) = (values(kk * n, 14), values(n, 15), values(m * kk, 16), values(m * n, 17));
         let layer = LinearWeights {
@@ -263,12 +260,12 @@ fn linear() {
             );
             within("linear", k, f);
         }
-    });
+    }
 }
 
 #[test]
 fn norms() {
-    each(|k| {
+    for k in &all_kernels() {
         let (d, x, r) = (20, values(60, 18), values(60, 19));
         let (gamma, beta) = (values(d, 20), values(d, 21));
         let ln = LayerNormOptions {
@@ -334,5 +331,5 @@ fn norms() {
             k,
             fraction::batch_norm_train(&x, shape, &m0, &v0, Some(&gamma), Some(&beta), bn.eps, bn.momentum, got),
         );
-    });
+    }
 }
