@@ -172,6 +172,13 @@ pub fn gau_alpha_f64(
     let mut x32 = x.to_vec();
     let mut y: Vec<f64> = x.iter().map(|&v| v as f64).collect();
     let mut per_layer = Vec::new();
+    let shape = reference::GauShape {
+        batch,
+        seq_len: len,
+        dim: d,
+        expand: config.expand,
+        qk_dim: config.qk_dim,
+    };
     for w in layers {
         let [gamma_q, beta_q, gamma_k, beta_k] = &w.qk_affine;
         let params = reference::GauParams {
@@ -190,14 +197,6 @@ pub fn gau_alpha_f64(
             bias: None,
             rope: Some(reference::Rope::Interleaved),
             softmax_plus: Some(1),
-        };
-        let s = shape(config, batch, len);
-        let shape = reference::GauShape {
-            batch,
-            seq_len: len,
-            dim: s.dim,
-            expand: s.expand,
-            qk_dim: s.qk_dim,
         };
         let unit = reference::gau(&shape, &x32, &params);
         let unit32: Vec<f32> = unit.out.iter().map(|&v| v as f32).collect();
