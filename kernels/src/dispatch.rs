@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use crate::error::Error;
 use crate::isa::{best_isa, missing_features, Isa};
+use crate::parallel::Parallelism;
 use crate::simd::Simd;
 use crate::stores::{Caches, Stores};
 
@@ -123,6 +124,7 @@ pub struct Kernels {
     stores: Stores,
     /// The caches the plans assume; see [`Kernels::with_caches`].
     caches: Caches,
+    parallelism: Parallelism,
 }
 
 impl Kernels {
@@ -139,6 +141,7 @@ impl Kernels {
             isa,
             stores: Stores::Auto,
             caches: Caches::detect(),
+            parallelism: Parallelism::Sequential,
         })
     }
 
@@ -148,12 +151,15 @@ impl Kernels {
             isa: best_isa(),
             stores: Stores::Auto,
             caches: Caches::detect(),
+            parallelism: Parallelism::Sequential,
         }
     }
 
     /// The kernels the free functions use: the ISA named by the `KERNELS_ISA` environment
     /// variable if it is set (an error if it names an unknown ISA or one this CPU lacks),
-    /// else [`Kernels::best`]. Decided on the first call and cached for the process.
+    /// else [`Kernels::best`]; sequential unless `KERNELS_THREADS` names a thread count
+    /// (see [`Kernels::with_parallelism`]). Decided on the first call and cached for the
+    /// process.
     pub fn detected() -> Result<Kernels, Error> {
         static DETECTED: OnceLock<Result<Kernels, Error>> = OnceLock::new();
         DETECTED.get_or_init(Kernels::from_env).clone()
@@ -161,10 +167,11 @@ impl Kernels {
 
     /// What [`Kernels::detected`] would choose now, without the cache.
     pub fn from_env() -> Result<Kernels, Error> {
-        match std::env::var("KERNELS_ISA") {
-            Ok(name) if !name.trim().is_empty() => Kernels::for_isa(name.parse()?),
-            _ => Ok(Kernels::best()),
-        }
+        let k = match std::env::var("KERNELS_ISA") {
+            Ok(name) if !name.trim().is_empty() => Kernels::for_isa(name.parse()?)?,
+            _ => Kernels::best(),
+        };
+        Ok(k.with_parallelism(Parallelism::from_env()?))
     }
 
     /// The ISA these kernels run on.
@@ -193,6 +200,38 @@ impl Kernels {
     /// How these kernels write their outputs.
     pub fn stores(&self) -> Stores {
         self.stores
+    }
+
+    /// These kernels, spreading each call over threads as `parallelism` says. Every value
+    /// [`Kernels`] makes starts [`Parallelism::Sequential`]: an engine that runs requests on
+    /// threads of its own, the usual server, wants no second level of threads below them, and
+    /// a library should not start a pool its caller did not ask for. The results are the same
+    /// bits for every setting.
+    ///
+    /// Each kernel splits its work into independent parts (rows, tiles, heads and query
+    /// blocks) only where each part is large enough to pay for waking a thread, so small calls
+    /// stay on the calling thread. Inside `pool.install(..)` of a rayon `ThreadPool` the parts
+    /// run on that pool.
+    ///
+    /// ```
+    /// use kernels::{Kernels, Parallelism, SoftmaxOptions};
+    ///
+    /// let x: Vec<f32> = (0..1 << 20).map(|i| (i % 97) as f32 * 0.01).collect();
+    /// let (mut one, mut all) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+    /// let k = Kernels::best();
+    /// k.softmax(&x, &mut one, 256, &SoftmaxOptions::default())?;
+    /// let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    /// pool.install(|| k.with_parallelism(Parallelism::Rayon(0)).softmax(&x, &mut all, 256, &SoftmaxOptions::default()))?;
+    /// assert!(one.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()));
+    /// # Ok::<(), kernels::Error>(())
+    /// ```
+    pub fn with_parallelism(self, parallelism: Parallelism) -> Kernels {
+        Kernels { parallelism, ..self }
+    }
+
+    /// How these kernels spread a call over threads.
+    pub fn parallelism(&self) -> Parallelism {
+        self.parallelism
     }
 
     /// These kernels, planning for the caches `caches` in place of the ones the CPU describes

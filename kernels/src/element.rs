@@ -5,7 +5,8 @@ use std::fmt::Debug;
 
 use half::{bf16, f16};
 
-use crate::dispatch::{Kernels, Op};
+use crate::dispatch::Kernels;
+use crate::parallel::Split;
 use crate::simd::Simd;
 
 /// The read and write pointers of an in-place call on `x`, and its length, from one borrow:
@@ -73,23 +74,24 @@ pub(crate) enum Typed<F: PerElement> {
 }
 
 impl<F: PerElement> Typed<F> {
-    /// Runs the member, an [`Op`], on the ISA of `k`.
+    /// Runs the member, a [`Split`] op, on the ISA of `k`, in parts on threads as `k`'s
+    /// parallelism says.
     ///
     /// # Safety
-    /// As [`Op::eval`] for the member.
+    /// As [`Kernels::run_split`] for the member.
     #[inline(always)]
-    pub(crate) unsafe fn run<T>(self, k: &Kernels) -> T
+    pub(crate) unsafe fn run_split(self, k: &Kernels)
     where
-        F::Of<f32>: Op<Output = T>,
-        F::Of<f16>: Op<Output = T>,
-        F::Of<bf16>: Op<Output = T>,
+        F::Of<f32>: Split,
+        F::Of<f16>: Split,
+        F::Of<bf16>: Split,
     {
         // SAFETY: forwarded from the caller.
         unsafe {
             match self {
-                Typed::F32(op) => k.run(op),
-                Typed::F16(op) => k.run(op),
-                Typed::Bf16(op) => k.run(op),
+                Typed::F32(op) => k.run_split(op),
+                Typed::F16(op) => k.run_split(op),
+                Typed::Bf16(op) => k.run_split(op),
             }
         }
     }

@@ -6,6 +6,8 @@
 //! and store that touches nothing past the end. Inputs of any [`Element`] type are widened
 //! exactly, outputs rounded once.
 
+use std::ops::Range;
+
 use crate::dispatch::{with_detected, Kernels, Op};
 use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
@@ -13,10 +15,12 @@ use crate::math::activation::{Sigmoid, Swish};
 use crate::math::exp::Exp;
 use crate::math::gelu::{Gelu, GeluTanh};
 use crate::math::{Elementwise, Identity};
+use crate::parallel::{Split, GRAIN_ELEMENTS};
 use crate::simd::Simd;
 
 /// `dst[i] = f(src[i])` for `i < n`. `src` and `dst` cover `n` elements and are equal if they
 /// overlap.
+#[derive(Clone, Copy)]
 struct MapRow<A, B, F> {
     src: *const A,
     dst: *mut B,
@@ -31,6 +35,29 @@ impl<A: Element, B: Element, F: Elementwise> Op for MapRow<A, B, F> {
     unsafe fn eval<S: Simd>(self, s: S) {
         // SAFETY: the fields' contract.
         unsafe { self.f.row(s, self.src, self.dst, self.n) }
+    }
+}
+
+/// Elements of a unit of a split map: a cache line of f32, so that parts share no line of it.
+const UNIT: usize = 16;
+
+impl<A: Element, B: Element, F: Elementwise + Copy> Split for MapRow<A, B, F> {
+    fn units(&self) -> usize {
+        self.n.div_ceil(UNIT)
+    }
+
+    fn grain(&self) -> usize {
+        GRAIN_ELEMENTS / UNIT
+    }
+
+    unsafe fn part(&self, units: Range<usize>, _: usize) -> Self {
+        let start = units.start * UNIT;
+        MapRow {
+            src: self.src.wrapping_add(start),
+            dst: self.dst.wrapping_add(start),
+            n: (units.end * UNIT).min(self.n) - start,
+            f: self.f,
+        }
     }
 }
 
@@ -68,37 +95,37 @@ fn map_row<A: Element, B: Element, F>(src: *const A, dst: *mut B, n: usize, f: F
 impl Kernels {
     unsafe fn run_exp(&self, op: Typed<Same<Exp>>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 
     unsafe fn run_sigmoid(&self, op: Typed<Same<Sigmoid>>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 
     unsafe fn run_swish(&self, op: Typed<Same<Swish>>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 
     unsafe fn run_gelu(&self, op: Typed<Same<Gelu>>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 
     unsafe fn run_gelu_tanh(&self, op: Typed<Same<GeluTanh>>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 
     unsafe fn run_widen(&self, op: Typed<Widen>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 
     unsafe fn run_narrow(&self, op: Typed<Narrow>) {
         // SAFETY: forwarded.
-        unsafe { op.run(self) }
+        unsafe { op.run_split(self) }
     }
 }
 

@@ -32,7 +32,9 @@
 //! statistics and the GAU weights stay f32. See [`Element`].
 //!
 //! Rows are row-major with the last axis contiguous. Outputs never alias inputs except in the
-//! `_inplace` variants. All kernels may be called from many threads at once.
+//! `_inplace` variants. All kernels may be called from many threads at once, and each call
+//! can itself be split over the threads of a rayon pool ([`Kernels::with_parallelism`]) with
+//! results that are the same bits for every thread count.
 //!
 //! # One encoder layer
 //!
@@ -112,6 +114,7 @@ mod isa;
 pub mod linear;
 mod math;
 pub mod norm;
+mod parallel;
 mod simd;
 pub mod softmax;
 mod stores;
@@ -143,5 +146,6 @@ pub use norm::{
     layer_norm_with_stats, rms_norm, rms_norm_inplace, AddNorm, BatchNormOptions, LayerNormOptions, Residual,
     RmsNormOptions, RowStats,
 };
+pub use parallel::Parallelism;
 pub use softmax::{log_softmax, log_softmax_inplace, softmax, softmax_inplace, MaskedRows, SoftmaxOptions};
 pub use stores::{last_level_cache, level2_cache, Caches, Stores};

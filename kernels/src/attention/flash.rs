@@ -13,6 +13,7 @@
 //! bounds.
 
 use std::array;
+use std::ops::Range;
 
 use super::options::Layout;
 use crate::dispatch::Op;
@@ -20,6 +21,7 @@ use crate::element::Element;
 use crate::gemm::{assert_tile_fits, pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
+use crate::parallel::Split;
 use crate::simd::{Simd, TileOp};
 use crate::softmax::MaskedRows;
 
@@ -65,7 +67,62 @@ pub(super) struct AttentionCall<E> {
     pub mean_factor: Option<f32>,
     pub carry_masked: bool,
     pub masked_rows: MaskedRows,
+    /// The slot of workspace of this call (or part of a call), [`workspace_len`] floats.
     pub workspace: *mut f32,
+    /// Floats from one part's slot of workspace to the next's.
+    pub slot: usize,
+    /// Query rows of a unit of work: `Lq` in one unit, or a multiple of [`Q_UNIT`].
+    pub q_chunk: usize,
+    /// The units of work of this call: unit `u` is query rows `(u mod chunks)·q_chunk..` of
+    /// every query head of kv head `(u / chunks) mod Hkv` of batch `u / (chunks·Hkv)`, with
+    /// `chunks = ⌈Lq/q_chunk⌉`.
+    pub units: (usize, usize),
+}
+
+/// Query rows of a unit, when a head's rows are split across units, are a multiple of this:
+/// of every ISA's tile height (6 or 4), so that a part's blocks of `MR` rows are those of the
+/// whole call, and of the widest [`MAX_MR`].
+pub(super) const Q_UNIT: usize = 48;
+
+/// The fewest multiply-adds a part of a call has: about 20 µs of work.
+const GRAIN_FMAS: usize = 1 << 21;
+
+impl<E> AttentionCall<E> {
+    /// Units of query rows per `(batch, kv head)`.
+    pub(super) fn chunks(&self) -> usize {
+        self.q_len.div_ceil(self.q_chunk)
+    }
+
+    /// Multiply-adds of one unit, about: `Q·Kᵀ` and `P·V` for its rows of each query head.
+    pub(super) fn unit_fmas(&self) -> usize {
+        let group = self.heads / self.kv_heads;
+        (group * self.q_chunk.min(self.q_len))
+            .saturating_mul(self.kv_len)
+            .saturating_mul(self.head_dim + self.value_dim)
+    }
+
+    /// The number of units of the whole call.
+    pub(super) fn all_units(&self) -> usize {
+        self.batch * self.kv_heads * self.chunks()
+    }
+}
+
+impl<E: Element> Split for AttentionCall<E> {
+    fn units(&self) -> usize {
+        self.units.1 - self.units.0
+    }
+
+    fn grain(&self) -> usize {
+        GRAIN_FMAS.div_ceil(self.unit_fmas().max(1))
+    }
+
+    unsafe fn part(&self, units: Range<usize>, index: usize) -> Self {
+        AttentionCall {
+            units: (self.units.0 + units.start, self.units.0 + units.end),
+            workspace: self.workspace.wrapping_add(index * self.slot),
+            ..*self
+        }
+    }
 }
 
 impl<E: Element> Op for AttentionCall<E> {
@@ -110,7 +167,6 @@ pub(super) fn workspace_len(kv_len: usize, head_dim: usize, value_dim: usize) ->
 #[inline(always)]
 unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &AttentionCall<E>) {
     let AttentionCall {
-        batch,
         heads,
         kv_heads,
         q_len,
@@ -119,6 +175,11 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
         value_dim: dv,
         ..
     } = *c;
+    // A part's blocks are the whole call's: its rows start at a multiple of `MR`.
+    assert!(
+        c.chunks() == 1 || c.q_chunk.is_multiple_of(MR),
+        "query chunks of whole tiles"
+    );
     let nr = NV * S::LANES;
     let tiles = kv_len.div_ceil(nr);
     // Value rows are padded to whole vectors only: `p·V` runs a narrower tile on the last
@@ -141,14 +202,19 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
         let dv_max = dv.div_ceil(MAX_NR) * MAX_NR;
         kp.add(keys * dk + keys * dv_max + MAX_MR * (dv_max + MAX_NR))
     };
-    for b in 0..batch {
+    let chunks = c.chunks();
+    // The `(b, kv head)` whose K and V the workspace holds.
+    let mut packed_for = None;
+    for u in c.units.0..c.units.1 {
+        let (b, hk, chunk) = (u / (chunks * kv_heads), (u / chunks) % kv_heads, u % chunks);
         // SAFETY: `key_lengths` has `B` entries when present.
         let valid = if c.key_lengths.is_null() {
             kv_len
         } else {
             unsafe { *c.key_lengths.add(b) }
         };
-        for hk in 0..kv_heads {
+        if packed_for != Some((b, hk)) {
+            packed_for = Some((b, hk));
             // Scores are asked for everywhere, padding included: pack all keys then.
             let packed = if c.scores.is_null() { valid } else { kv_len };
             // SAFETY: K and V of `(b, hk)` hold `Lk` rows at their layouts' row strides; the
@@ -160,28 +226,29 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
                 let v = c.v.add(vl.offset + b * vl.batch + hk * vl.head);
                 pack_v(s, v, vl.row, vp, valid, tiles * nr, dv, dv_pad);
             }
-            for h in hk * group..(hk + 1) * group {
-                let mut i0 = 0;
-                while i0 < q_len {
-                    let block = Block {
-                        b,
-                        h,
-                        i0,
-                        rows: MR.min(q_len - i0),
-                        valid,
-                        nr,
-                        tiles,
-                        dv_pad,
-                        kp,
-                        vp,
-                        o_acc,
-                        p_tile,
-                        q_wide,
-                    };
-                    // SAFETY: forwarded; the block lies inside `(b, h)`.
-                    unsafe { block.run::<S, E, MR, NV>(s, c) };
-                    i0 += MR;
-                }
+        }
+        let rows = chunk * c.q_chunk..((chunk + 1) * c.q_chunk).min(q_len);
+        for h in hk * group..(hk + 1) * group {
+            let mut i0 = rows.start;
+            while i0 < rows.end {
+                let block = Block {
+                    b,
+                    h,
+                    i0,
+                    rows: MR.min(rows.end - i0),
+                    valid,
+                    nr,
+                    tiles,
+                    dv_pad,
+                    kp,
+                    vp,
+                    o_acc,
+                    p_tile,
+                    q_wide,
+                };
+                // SAFETY: forwarded; the block lies inside `(b, h)`.
+                unsafe { block.run::<S, E, MR, NV>(s, c) };
+                i0 += MR;
             }
         }
     }

@@ -90,11 +90,13 @@ mod options;
 use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
-use flash::{workspace_len, AttentionCall};
+use crate::parallel::Split;
+use flash::{workspace_len, AttentionCall, Q_UNIT};
 pub use options::{AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, CarriedScores, Layout, MaskShape};
 
 /// Reusable scratch memory of [`Kernels::attention`]: packed K and V of one head and the
-/// running state of one block of query rows. It grows to the largest call it has served and
+/// running state of one block of query rows, once per part of a call split over threads. It
+/// grows to the largest call it has served and
 /// is never shrunk, so a long-lived workspace makes every call allocation-free.
 #[derive(Debug, Default, Clone)]
 pub struct AttentionWorkspace {
@@ -293,7 +295,7 @@ impl Kernels {
         if b * h * lq == 0 {
             return Ok(());
         }
-        let call = AttentionCall {
+        let mut call = AttentionCall {
             batch: b,
             heads: h,
             kv_heads: hkv,
@@ -321,8 +323,25 @@ impl Kernels {
             mean_factor: opts.running_mean_layer.map(|layer| (1.0 / (layer as f64 + 1.0)) as f32),
             carry_masked: opts.carried == CarriedScores::Masked,
             masked_rows: opts.masked_rows,
-            workspace: workspace.reserve(ws_len).as_mut_ptr(),
+            workspace: std::ptr::null_mut(),
+            slot: ws_len,
+            q_chunk: lq,
+            units: (0, 0),
         };
+        // Heads first; where they are fewer than the threads, each head's query rows split too
+        // (each part packing the head's K and V for its own rows).
+        let threads = self.parallelism().threads();
+        let heads = b * hkv;
+        if heads < threads {
+            let per_head = threads.div_ceil(heads);
+            call.q_chunk = lq.div_ceil(per_head).next_multiple_of(Q_UNIT).min(lq);
+        }
+        call.units = (0, call.all_units());
+        let parts = self.parts(call.all_units(), call.grain());
+        let total = ws_len
+            .checked_mul(parts)
+            .ok_or_else(|| Error::shape("shape", "a workspace size that fits in memory", format!("{shape:?}")))?;
+        call.workspace = workspace.reserve(total).as_mut_ptr();
         // SAFETY: every view holds what its layout places and the other pointers cover the
         // lengths their shapes give (checked above), `O`'s layout places its elements apart,
         // the workspace holds `workspace_len` floats, and `out`/`scores` are exclusive borrows,
@@ -338,7 +357,7 @@ impl Kernels {
     /// As [`AttentionCall`].
     unsafe fn run_attention(&self, call: Typed<Attention>) {
         // SAFETY: forwarded.
-        unsafe { call.run(self) }
+        unsafe { call.run_split(self) }
     }
 }
 

@@ -2,6 +2,7 @@
 //! [module docs](super) for the algorithm).
 
 use std::array;
+use std::ops::Range;
 
 use super::options::{GauShape, Normalizer, Rope};
 use crate::dispatch::Op;
@@ -13,6 +14,7 @@ use crate::gemm::{
 use crate::math::activation::swish;
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
+use crate::parallel::Split;
 use crate::simd::{Simd, TileOp};
 
 /// A validated GAU call: every pointer covers what the shape gives, the workspace holds
@@ -45,9 +47,44 @@ pub(super) struct GauCall<E> {
     pub softmax_plus: Option<usize>,
     /// `[T][s/2]` pairs `(cos, sin)` when `rope` is set.
     pub rope_table: *const f32,
+    /// The slot of workspace of this call (or part of a call), [`workspace_len`] floats.
     pub workspace: *mut f32,
+    /// Floats from one part's slot of workspace to the next's.
+    pub slot: usize,
+    /// The sequences of the batch this call computes, `batches.0..batches.1`.
+    pub batches: (usize, usize),
     /// `w_in` and `w_out` are already packed for this ISA's panels ([`PackedGauWeights`]).
     pub packed: bool,
+}
+
+/// The fewest multiply-adds a part of a call has: about 20 µs of work.
+const GRAIN_FMAS: usize = 1 << 21;
+
+impl<E: Element> Split for GauCall<E> {
+    fn units(&self) -> usize {
+        self.batches.1 - self.batches.0
+    }
+
+    fn grain(&self) -> usize {
+        let GauShape {
+            seq_len: t,
+            dim: d,
+            expand: e,
+            qk_dim: sd,
+            ..
+        } = self.shape;
+        // The projections in and out, and the attention.
+        let fmas = t.saturating_mul(d.saturating_mul(3 * e + sd).saturating_add(t.saturating_mul(sd + e)));
+        GRAIN_FMAS.div_ceil(fmas.max(1))
+    }
+
+    unsafe fn part(&self, batches: Range<usize>, index: usize) -> Self {
+        GauCall {
+            batches: (self.batches.0 + batches.start, self.batches.0 + batches.end),
+            workspace: self.workspace.wrapping_add(index * self.slot),
+            ..*self
+        }
+    }
 }
 
 impl<E: Element> Op for GauCall<E> {
@@ -227,11 +264,11 @@ impl<S: Simd, E: Element, const MR: usize, const NV: usize> Epilogue<S, MR, NV> 
 #[inline(always)]
 unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &GauCall<E>) {
     let GauShape {
-        batch,
         seq_len: t,
         dim: d,
         expand: e,
         qk_dim: sd,
+        ..
     } = c.shape;
     let w = 2 * e + sd;
     let lanes = S::LANES;
@@ -265,7 +302,7 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &G
         }
         (w_in_p.cast_const(), w_out_p.cast_const())
     };
-    for b in 0..batch {
+    for b in c.batches.0..c.batches.1 {
         // SAFETY: `key_lengths` has `B` entries when present.
         let valid = if c.key_lengths.is_null() {
             t

@@ -66,6 +66,7 @@ use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
 use crate::isa::Isa;
+use crate::parallel::Split;
 use body::GauCall;
 pub use options::{GauAttention, GauOptions, GauShape, GauWeights, Normalizer, Rope, ScoreScale};
 
@@ -97,8 +98,8 @@ impl PackedGauWeights {
 /// Reusable scratch memory of [`Kernels::gau`]: the packed weights (not with
 /// [`Kernels::gau_packed`]), the projections of one
 /// sequence, one block's accumulators, and the RoPE table (kept between calls of the same
-/// `T` and `s`). It grows to the largest call it has served; a long-lived workspace makes
-/// every call allocation-free.
+/// `T` and `s`); a call split over threads has one such slot per part. It grows to the
+/// largest call it has served; a long-lived workspace makes every call allocation-free.
 #[derive(Debug, Default, Clone)]
 pub struct GauWorkspace {
     buf: Vec<f32>,
@@ -283,11 +284,8 @@ impl Kernels {
             workspace.rope = body::rope_table(t, s);
             workspace.rope_for = Some((t, s));
         }
-        if workspace.buf.len() < ws_len {
-            workspace.buf.resize(ws_len, 0.0);
-        }
         let null = std::ptr::null();
-        let call = GauCall {
+        let mut call = GauCall {
             shape: *shape,
             x: x.as_ptr(),
             w_in: weights.w_in.as_ptr(),
@@ -310,9 +308,18 @@ impl Kernels {
                 GauAttention::SoftmaxPlus { min_len } => Some(min_len),
             },
             rope_table: workspace.rope.as_ptr(),
-            workspace: workspace.buf.as_mut_ptr(),
+            workspace: std::ptr::null_mut(),
+            slot: ws_len,
+            batches: (0, batch),
             packed,
         };
+        let total = ws_len
+            .checked_mul(self.parts(batch, call.grain()))
+            .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
+        if workspace.buf.len() < total {
+            workspace.buf.resize(total, 0.0);
+        }
+        call.workspace = workspace.buf.as_mut_ptr();
         // SAFETY: every pointer covers the length its shape gives (checked above), the
         // workspace holds `workspace_len` floats, the RoPE table `T·s` when RoPE is on, and
         // `out` is an exclusive borrow.
@@ -327,7 +334,7 @@ impl Kernels {
     /// As [`GauCall`].
     unsafe fn run_gau(&self, call: Typed<Gau>) {
         // SAFETY: forwarded.
-        unsafe { call.run(self) }
+        unsafe { call.run_split(self) }
     }
 }
 

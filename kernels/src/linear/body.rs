@@ -1,13 +1,16 @@
 //! The packed weights and the fused product of `linear`, generic over [`Simd`] and the register
 //! tile `MR × NV` (see the [module docs](super) for the algorithm).
 
+use std::ops::Range;
+
 use super::options::{Activation, LinearWeights, WeightLayout, WeightType};
 use crate::dispatch::Op;
 use crate::element::Element;
-use crate::gemm::{assert_tile_fits, store_n, MAX_MR};
+use crate::gemm::{assert_tile_fits, store_n, MAX_MR, MAX_NR};
 use crate::math::activation::swish;
 use crate::math::gelu::{gelu, gelu_tanh};
 use crate::math::Identity;
+use crate::parallel::Split;
 use crate::simd::{Simd, TileOp};
 
 /// Weights packed into panels of the tile's `NR` columns, zero past `out_features`:
@@ -71,6 +74,57 @@ pub(super) struct LinearCall<E> {
     pub activation: Activation,
     pub residual: *const E,
     pub out: *mut E,
+    /// The columns of `out` this call computes, `col0..col1`: `col0` a multiple of
+    /// [`MAX_NR`] (so of every ISA's panel width), `col1` one too or `n`.
+    pub col0: usize,
+    pub col1: usize,
+    /// Whether the call splits over threads by blocks of rows, else by columns.
+    pub split_rows: bool,
+}
+
+/// Rows of a unit of a call split by rows.
+const ROW_UNIT: usize = MAX_MR;
+
+/// The fewest multiply-adds a part of a call has: about 20 µs of work.
+const GRAIN_FMAS: usize = 1 << 21;
+
+impl<E: Element> Split for LinearCall<E> {
+    fn units(&self) -> usize {
+        if self.split_rows {
+            self.m.div_ceil(ROW_UNIT)
+        } else {
+            (self.col1 - self.col0).div_ceil(MAX_NR)
+        }
+    }
+
+    fn grain(&self) -> usize {
+        let per_unit = if self.split_rows {
+            ROW_UNIT * self.k * (self.col1 - self.col0)
+        } else {
+            self.m * self.k * MAX_NR
+        };
+        GRAIN_FMAS.div_ceil(per_unit.max(1))
+    }
+
+    unsafe fn part(&self, units: Range<usize>, _: usize) -> Self {
+        if self.split_rows {
+            let (r0, r1) = (units.start * ROW_UNIT, (units.end * ROW_UNIT).min(self.m));
+            let rows = |p: *const E, width: usize| if p.is_null() { p } else { p.wrapping_add(r0 * width) };
+            LinearCall {
+                x: rows(self.x, self.k),
+                residual: rows(self.residual, self.n),
+                out: rows(self.out.cast_const(), self.n).cast_mut(),
+                m: r1 - r0,
+                ..*self
+            }
+        } else {
+            LinearCall {
+                col0: self.col0 + units.start * MAX_NR,
+                col1: (self.col0 + units.end * MAX_NR).min(self.col1),
+                ..*self
+            }
+        }
+    }
 }
 
 impl<E: Element> Op for LinearCall<E> {
@@ -200,9 +254,9 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
     let words = P::words(nr);
     let zero = s.splat(0.0);
     let mut wide = [0.0f32; MAX_MR * CHUNK];
-    for p in 0..n.div_ceil(nr) {
+    for p in c.col0 / nr..c.col1.div_ceil(nr) {
         let col0 = p * nr;
-        let cols = nr.min(n - col0);
+        let cols = nr.min(c.col1 - col0);
         // SAFETY: panel `p` holds `k` rows of `words` words.
         let bp = unsafe { c.panels.add(p * k * words) };
         let mut bias = [zero; NV];

@@ -53,6 +53,7 @@ mod options;
 use crate::dispatch::{with_detected, Kernels, Op};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
+use crate::gemm::MAX_NR;
 use crate::isa::Isa;
 use crate::simd::{Simd, TileOp};
 use body::{pack, LinearCall, Panels};
@@ -247,6 +248,11 @@ impl Kernels {
             activation: opts.activation,
             residual: opts.residual.map_or(std::ptr::null(), <[E]>::as_ptr),
             out: out.as_mut_ptr(),
+            col0: 0,
+            col1: n,
+            // By columns where every thread gets some: each part then streams only its own
+            // panels of the weights, the bytes small-batch inference is bound by.
+            split_rows: n.div_ceil(MAX_NR) < self.parallelism().threads(),
         };
         // SAFETY: `x` holds `M·K` elements and `out` (an exclusive borrow) and the residual
         // `M·N`, as checked; the panels were packed for this ISA's tile from `K × N` weights,
@@ -262,7 +268,7 @@ impl Kernels {
     /// As [`LinearCall`].
     unsafe fn run_linear(&self, call: Typed<Linear>) {
         // SAFETY: forwarded.
-        unsafe { call.run(self) }
+        unsafe { call.run_split(self) }
     }
 }
 

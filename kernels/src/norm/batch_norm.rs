@@ -15,6 +15,8 @@
 //! `4·ACC·LANES` floats per row, so that the normalize sweep of a group follows its statistics
 //! while the group is still in cache.
 
+use std::ops::Range;
+
 use super::call::RowStats;
 use super::stats::{
     check_eps, check_len, check_opt, for_each_vector, load_n, moments, mut_ptr_of, ptr_of, rstd_of, store_n, Affine,
@@ -23,6 +25,7 @@ use super::stats::{
 use crate::dispatch::Kernels;
 use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
+use crate::parallel::{Split, GRAIN_ELEMENTS};
 use crate::simd::Simd;
 
 /// Options of [`batch_norm`](crate::batch_norm()) and
@@ -52,6 +55,7 @@ impl Default for BatchNormOptions<'_> {
 }
 
 /// A validated BatchNorm call, in raw form.
+#[derive(Clone, Copy)]
 pub(crate) struct BatchNormCall<E> {
     pub x: *const E,
     pub y: *mut E,
@@ -68,6 +72,26 @@ pub(crate) struct BatchNormCall<E> {
     /// Training outputs per channel (batch mean, rstd); null for none.
     pub mean: *mut f32,
     pub rstd: *mut f32,
+    /// The channels this call (or part of a call) normalizes, `channels.0..channels.1`.
+    pub channels: (usize, usize),
+}
+
+impl<E: Element> Split for BatchNormCall<E> {
+    fn units(&self) -> usize {
+        self.channels.1 - self.channels.0
+    }
+
+    fn grain(&self) -> usize {
+        let [n, _, sp] = self.shape;
+        GRAIN_ELEMENTS.div_ceil((n * sp).max(1))
+    }
+
+    unsafe fn part(&self, channels: Range<usize>, _: usize) -> Self {
+        BatchNormCall {
+            channels: (self.channels.0 + channels.start, self.channels.0 + channels.end),
+            ..*self
+        }
+    }
 }
 
 /// The arguments of a BatchNorm call before validation.
@@ -124,6 +148,7 @@ impl Kernels {
             momentum: a.opts.momentum,
             mean: mut_ptr_of(mean),
             rstd: mut_ptr_of(rstd),
+            channels: (0, c),
         };
         if len > 0 {
             // SAFETY: the table belongs to an ISA this CPU was checked for; every pointer covers
@@ -249,7 +274,7 @@ impl Kernels {
     /// As [`BatchNormCall`].
     unsafe fn run_batch_norm(&self, call: Typed<BatchNorm>) {
         // SAFETY: forwarded.
-        unsafe { call.run(self) }
+        unsafe { call.run_split(self) }
     }
 }
 
@@ -319,8 +344,9 @@ unsafe fn inference<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let [n, c, sp] = call.shape;
     // SAFETY (both paths): segment `(i, ch)` is `x[(i·C + ch)·S ..][..S]`, inside `N·C·S`; the
     // channel indices are `< C`; `j + m` stays within the run or segment.
+    let (first, end) = call.channels;
     if sp > INFERENCE_RUN {
-        for ch in 0..c {
+        for ch in first..end {
             let (scale, shift) = unsafe { fold(call, ch) };
             let (sv, bv) = (s.splat(scale), s.splat(shift));
             for i in 0..n {
@@ -337,9 +363,9 @@ unsafe fn inference<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let per = INFERENCE_RUN / sp;
     let mut scale = [0.0f32; INFERENCE_RUN];
     let mut shift = [0.0f32; INFERENCE_RUN];
-    let mut c0 = 0;
-    while c0 < c {
-        let c1 = (c0 + per).min(c);
+    let mut c0 = first;
+    while c0 < end {
+        let c1 = (c0 + per).min(end);
         let len = (c1 - c0) * sp;
         for ch in c0..c1 {
             let (sc, sh) = unsafe { fold(call, ch) };
@@ -384,8 +410,9 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let run = 4 * block;
     // SAFETY (everything below): segment `(i, ch)` is `x[(i·C + ch)·S ..][..S]`, inside
     // `N·C·S`; the channel indices are `< C`.
+    let (first, end) = call.channels;
     if sp >= run {
-        for ch in 0..c {
+        for ch in first..end {
             let k = unsafe { (*call.x.add(ch * sp)).to_f32() };
             let mut mo = Moments::default();
             for i in 0..n {
@@ -409,9 +436,9 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     let per = if sp <= block { block / sp } else { 1 };
     let mut consts = Consts::new();
     let mut hows = [Channel::Nan; ACC * MAX_LANES];
-    let mut c0 = 0;
-    while c0 < c {
-        let c1 = (c0 + per).min(c);
+    let mut c0 = first;
+    while c0 < end {
+        let c1 = (c0 + per).min(end);
         let (q0, len) = (c0 * sp, (c1 - c0) * sp);
         let mut chan = [Moments::default(); ACC * MAX_LANES];
         let mut pos = [Moments::default(); ACC * MAX_LANES];

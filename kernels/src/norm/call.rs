@@ -77,6 +77,32 @@ pub(crate) struct NormCall<E> {
     pub prefetch: bool,
 }
 
+impl<E> NormCall<E> {
+    /// The call over rows `rows` alone: the same plan (walk, stores, prefetch), so every row
+    /// gets the bits it gets in the whole call.
+    pub(crate) fn rows(&self, rows: std::ops::Range<usize>) -> NormCall<E> {
+        let at = |p: *const E| {
+            if p.is_null() {
+                p
+            } else {
+                p.wrapping_add(rows.start * self.d)
+            }
+        };
+        let at_mut = |p: *mut E| at(p.cast_const()).cast_mut();
+        let stat = |p: *mut f32| if p.is_null() { p } else { p.wrapping_add(rows.start) };
+        NormCall {
+            x: at(self.x),
+            r: at(self.r),
+            h: at_mut(self.h),
+            y: at_mut(self.y),
+            mean: stat(self.mean),
+            rstd: stat(self.rstd),
+            rows: rows.len(),
+            ..*self
+        }
+    }
+}
+
 /// The arguments of a norm call before validation.
 pub(crate) struct NormArgs<'a, 's, E> {
     pub kind: NormKind,

@@ -3,6 +3,7 @@
 //! short rows; by blocks).
 
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use super::call::NormCall;
 use super::stats::{
@@ -11,6 +12,7 @@ use super::stats::{
 };
 use crate::dispatch::Kernels;
 use crate::element::Element;
+use crate::parallel::{Split, GRAIN_ELEMENTS};
 use crate::simd::Simd;
 
 /// One instance of the LayerNorm and RMSNorm bodies, an op ([`RowOp`]) and a walk over the
@@ -32,6 +34,31 @@ impl<E: Element, Op: RowOp, W: Walk> crate::dispatch::Op for Instance<E, Op, W> 
     }
 }
 
+impl<E: Element, Op: RowOp, W: Walk> Clone for Instance<E, Op, W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E: Element, Op: RowOp, W: Walk> Copy for Instance<E, Op, W> {}
+
+impl<E: Element, Op: RowOp, W: Walk> Split for Instance<E, Op, W> {
+    fn units(&self) -> usize {
+        self.call.rows
+    }
+
+    fn grain(&self) -> usize {
+        GRAIN_ELEMENTS.div_ceil(self.call.d)
+    }
+
+    unsafe fn part(&self, rows: Range<usize>, _: usize) -> Self {
+        Instance {
+            call: self.call.rows(rows),
+            instance: PhantomData,
+        }
+    }
+}
+
 /// Runs `Op` on the ISA of `k` with the walk over the rows the call asks for.
 ///
 /// # Safety
@@ -47,19 +74,19 @@ pub(super) unsafe fn walks<E: Element, Op: RowOp>(k: &Kernels, call: &NormCall<E
     // SAFETY: forwarded from the caller; each walk's own conditions are those checked here.
     unsafe {
         if call.r.is_null() {
-            k.run(instance::<E, Op, PlainWalk>(call));
+            k.run_split(instance::<E, Op, PlainWalk>(call));
         } else if E::IS_F32 && Blocks::<false>::takes(call) {
             // (`E::IS_F32` first and by itself: a constant, so the other storage types do
             // not instantiate the blocks at all.)
             if call.bias.is_null() {
-                k.run(instance::<E, Op, Blocks<false>>(call));
+                k.run_split(instance::<E, Op, Blocks<false>>(call));
             } else {
-                k.run(instance::<E, Op, Blocks<true>>(call));
+                k.run_split(instance::<E, Op, Blocks<true>>(call));
             }
         } else if call.bias.is_null() {
-            k.run(instance::<E, Op, AddWalk<false>>(call));
+            k.run_split(instance::<E, Op, AddWalk<false>>(call));
         } else {
-            k.run(instance::<E, Op, AddWalk<true>>(call));
+            k.run_split(instance::<E, Op, AddWalk<true>>(call));
         }
     }
 }

@@ -67,11 +67,13 @@
 //! fully-masked branch checks for it.
 
 use std::mem::{size_of, MaybeUninit};
+use std::ops::Range;
 
 use crate::dispatch::{with_detected, Kernels, Op};
 use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
 use crate::math::exp::exp_nonpositive;
+use crate::parallel::{Split, GRAIN_ELEMENTS};
 use crate::simd::Simd;
 
 /// What a row with every entry masked (−∞) becomes.
@@ -182,7 +184,7 @@ impl Kernels {
     /// As [`SoftmaxCall`].
     unsafe fn run_softmax(&self, call: Typed<Softmax>) {
         // SAFETY: forwarded.
-        unsafe { call.run(self) }
+        unsafe { call.run_split(self) }
     }
 
     /// Softmax of each row of `x` (`[rows, n]`) into `out`. See [`softmax`](crate::softmax()).
@@ -278,6 +280,25 @@ struct Softmax;
 
 impl PerElement for Softmax {
     type Of<E: Element> = SoftmaxCall<E>;
+}
+
+impl<E: Element> Split for SoftmaxCall<E> {
+    fn units(&self) -> usize {
+        self.rows
+    }
+
+    fn grain(&self) -> usize {
+        GRAIN_ELEMENTS.div_ceil(self.n)
+    }
+
+    unsafe fn part(&self, rows: Range<usize>, _: usize) -> Self {
+        SoftmaxCall {
+            src: self.src.wrapping_add(rows.start * self.n),
+            dst: self.dst.wrapping_add(rows.start * self.n),
+            rows: rows.len(),
+            ..*self
+        }
+    }
 }
 
 impl<E: Element> Op for SoftmaxCall<E> {

@@ -1,0 +1,178 @@
+//! Threads: how a call's work is split into parts, and the parts run on a rayon pool.
+//!
+//! A kernel whose work divides into independent units (rows, tiles of a product, `(batch,
+//! head)` pairs and their query blocks) implements [`Split`]: the op restricted to a range of
+//! its units is again an op, writing a disjoint part of the output. Every output value is
+//! computed by the same operations in the same order whichever part it falls in, so the
+//! results are the same bits for every thread count; what a part must not do (and none does)
+//! is reduce across units. [`Kernels::run_split`] runs the parts, one per thread, when the
+//! call is large enough to pay for waking them ([`Split::grain`]).
+
+use std::ops::Range;
+
+use crate::dispatch::{Kernels, Op};
+use crate::error::Error;
+
+/// Whether a [`Kernels`] value runs each call on one thread or spreads it over several; see
+/// [`Kernels::with_parallelism`].
+///
+/// The outputs are the same bits for every setting: a call is split only into parts that
+/// compute their outputs exactly as the whole call would (no reduction is split), and the
+/// parts write disjoint outputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Parallelism {
+    /// Every call on the calling thread.
+    #[default]
+    Sequential,
+    /// Calls large enough to pay for it are split into up to this many parts, run on the rayon
+    /// pool the call is made from: the caller's own pool inside `ThreadPool::install`, the
+    /// global pool elsewhere. 0 means one part per thread of that pool.
+    #[cfg(feature = "rayon")]
+    Rayon(usize),
+}
+
+impl Parallelism {
+    /// The most parts a call is split into: 1 for [`Parallelism::Sequential`].
+    pub fn threads(self) -> usize {
+        match self {
+            Parallelism::Sequential => 1,
+            #[cfg(feature = "rayon")]
+            Parallelism::Rayon(0) => rayon::current_num_threads(),
+            #[cfg(feature = "rayon")]
+            Parallelism::Rayon(n) => n,
+        }
+    }
+
+    /// The setting `KERNELS_THREADS` names for the free functions: unset or empty for
+    /// [`Parallelism::Sequential`], a count of threads otherwise (0: all of the pool's).
+    pub(crate) fn from_env() -> Result<Parallelism, Error> {
+        match std::env::var("KERNELS_THREADS") {
+            Ok(v) if !v.trim().is_empty() => {
+                let n: usize = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| Error::param("KERNELS_THREADS", "a count of threads", &v))?;
+                Parallelism::with_threads(n)
+            }
+            _ => Ok(Parallelism::Sequential),
+        }
+    }
+
+    /// `Rayon(n)`, or `Sequential` for `n = 1`; without the `rayon` feature, an error for any
+    /// other `n`.
+    fn with_threads(n: usize) -> Result<Parallelism, Error> {
+        #[cfg(feature = "rayon")]
+        {
+            Ok(if n == 1 {
+                Parallelism::Sequential
+            } else {
+                Parallelism::Rayon(n)
+            })
+        }
+        #[cfg(not(feature = "rayon"))]
+        {
+            if n == 1 {
+                Ok(Parallelism::Sequential)
+            } else {
+                Err(Error::param(
+                    "KERNELS_THREADS",
+                    "1 (this build has no rayon feature)",
+                    n,
+                ))
+            }
+        }
+    }
+}
+
+/// The fewest elements a part of a memory-bound, row-wise kernel (softmax, the norms, the
+/// element-wise maps) covers: 128 KiB of f32, some tens of microseconds of work, where waking
+/// a rayon worker costs a few.
+pub(crate) const GRAIN_ELEMENTS: usize = 1 << 15;
+
+/// An op whose work is `units()` independent units, any range of which is an op of its own.
+pub(crate) trait Split: Op<Output = ()> + Copy {
+    /// The number of units.
+    fn units(&self) -> usize;
+
+    /// The fewest units worth a part of their own: below two grains, a call runs on the calling
+    /// thread. Sized so that a part's work (some tens of microseconds) dwarfs waking a thread.
+    fn grain(&self) -> usize;
+
+    /// The op over `units`, as part `index` of the call (a part with a workspace uses slot
+    /// `index` of it).
+    ///
+    /// # Safety
+    /// `units` lies inside `0..self.units()`, and `index` is below the part count the call's
+    /// workspace was sized for (see [`Kernels::parts`]).
+    unsafe fn part(&self, units: Range<usize>, index: usize) -> Self;
+}
+
+/// An op moved to the threads of a pool. Its pointers are to data the call borrows for its
+/// whole duration, and its parts touch disjoint outputs.
+struct Shared<O>(O);
+
+// SAFETY: see the type's documentation; the parts run inside the call, which waits for them.
+unsafe impl<O> Sync for Shared<O> {}
+// SAFETY: as above.
+unsafe impl<O> Send for Shared<O> {}
+
+impl<O: Copy> Shared<O> {
+    /// The op (a method, so that a closure captures the whole `Shared`, not its field).
+    fn get(&self) -> O {
+        self.0
+    }
+}
+
+/// The range of units of part `i` of `parts`: contiguous, sizes differing by at most one.
+pub(crate) fn part_range(units: usize, parts: usize, i: usize) -> Range<usize> {
+    let (base, extra) = (units / parts, units % parts);
+    let start = i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
+impl Kernels {
+    /// The number of parts a call of `units` units with a grain of `grain` is split into: 1
+    /// when sequential, else as many as threads while each has at least `grain` units.
+    pub(crate) fn parts(&self, units: usize, grain: usize) -> usize {
+        let threads = self.parallelism().threads();
+        if threads <= 1 {
+            return 1;
+        }
+        (units / grain.max(1)).clamp(1, threads)
+    }
+
+    /// Runs `op`, split into [`Kernels::parts`] parts on the pool when that is more than one.
+    ///
+    /// # Safety
+    /// As [`Op::eval`] for `op`; a workspace `op` uses holds a slot for each of those parts.
+    pub(crate) unsafe fn run_split<O: Split>(&self, op: O) {
+        let units = op.units();
+        let parts = self.parts(units, op.grain());
+        if parts <= 1 {
+            // SAFETY: forwarded.
+            unsafe { self.run(op) };
+            return;
+        }
+        let shared = Shared(op);
+        let k = *self;
+        let run_part = move |i: usize| {
+            // SAFETY: the ranges of the parts tile `0..units`, `i < parts`, and the parts write
+            // disjoint outputs (the contract of `Split`).
+            unsafe { k.run(shared.get().part(part_range(units, parts, i), i)) }
+        };
+        for_each_part(parts, run_part);
+    }
+}
+
+/// Runs `f(0)`, …, `f(parts − 1)`, each as a task of the current rayon pool.
+#[cfg(feature = "rayon")]
+fn for_each_part(parts: usize, f: impl Fn(usize) + Send + Sync) {
+    use rayon::prelude::*;
+    (0..parts).into_par_iter().with_max_len(1).for_each(f);
+}
+
+/// Without rayon every setting is sequential, and no call is split.
+#[cfg(not(feature = "rayon"))]
+fn for_each_part(parts: usize, f: impl Fn(usize) + Send + Sync) {
+    (0..parts).for_each(f);
+}
