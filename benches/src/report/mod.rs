@@ -34,6 +34,7 @@ mod record;
 pub mod softmax;
 mod summary;
 pub mod targets;
+pub mod threads;
 mod timing;
 
 use std::fmt;
@@ -81,6 +82,7 @@ pub const FAMILIES: &[Family] = &[
     linear::FAMILY,
     encoder::FAMILY,
     half::FAMILY,
+    threads::FAMILY,
 ];
 
 /// How much the run covers.
@@ -180,6 +182,8 @@ pub struct Options {
     pub rounds: Option<usize>,
     /// `--out-offset B`: output placement, see [`crate::buffers`].
     pub out_offset: usize,
+    /// `--threads N`: the threads of the `threads` rows (default: every core).
+    pub threads: usize,
 }
 
 impl Default for Options {
@@ -193,6 +197,7 @@ impl Default for Options {
             isas: None,
             rounds: None,
             out_offset: buffers::DEFAULT_OUT_OFFSET,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -200,7 +205,7 @@ impl Default for Options {
 /// The usage text of `--help`.
 pub const USAGE: &str = "\
 usage: report [--quick | --full] [--json] [--record] [--html DIR] [--kernel NAMES] [--isa NAMES]
-              [--rounds N] [--out-offset BYTES]
+              [--rounds N] [--out-offset BYTES] [--threads N]
 
 Measures every kernel on every ISA of this CPU against the scalar path, plain Rust, the
 f64 oracle (`reference`) and a roofline measured in the same run; prints a summary with
@@ -219,6 +224,8 @@ the targets met, then the rows; writes an HTML page with charts.
   --rounds N          rounds of interleaved timing
   --out-offset BYTES  output placement past the input's next page boundary (default 2048;
                       0 puts input and output at the same page offset: 4K aliasing)
+  --threads N         threads of the `threads` rows, each against one thread in the same
+                      run (default: every core of the machine)
   -h, --help          this text";
 
 /// What the command line asks for.
@@ -274,6 +281,17 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Rep
                     _ => {
                         return Err(ReportError::new(format!(
                             "--rounds: expected a positive integer, got `{v}`"
+                        )))
+                    }
+                }
+            }
+            "--threads" => {
+                let v = value("--threads")?;
+                match v.parse::<usize>() {
+                    Ok(n) if n > 0 => o.threads = n,
+                    _ => {
+                        return Err(ReportError::new(format!(
+                            "--threads: expected a positive integer, got `{v}`"
                         )))
                     }
                 }
@@ -377,6 +395,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
         l2_bytes: l2.unwrap_or(1 << 20),
         out_offset: opts.out_offset,
         timing,
+        threads: opts.threads,
     };
     let run = record::Run::now(&ctx, l2, opts.scope, opts.kernels.clone());
 
@@ -500,8 +519,17 @@ fn text(rows: &[Row], outcomes: &[targets::Outcome], ctx: &Context) -> String {
 
     line("");
     line(&output::table_header());
-    for r in rows {
+    for r in rows.iter().filter(|r| r.kernel != threads::KERNEL) {
         line(&output::table_line(r));
+    }
+
+    let split: Vec<&Row> = rows.iter().filter(|r| r.kernel == threads::KERNEL).collect();
+    if !split.is_empty() {
+        line("");
+        line("threads: calls split over a pool of N threads against the same calls on one thread, interleaved (same bits checked):");
+        for l in threads::table(&split) {
+            line(&format!("  {l}"));
+        }
     }
 
     let passes: Vec<String> = rows.iter().filter_map(steps_line).collect();
@@ -632,6 +660,12 @@ mod tests {
         assert_eq!(args("--help"), Ok(Command::Help));
         assert!(args("--bogus").is_err());
         assert!(args("--rounds 0").is_err());
+        assert!(args("--threads 0").is_err());
+        assert!(args("--threads two").is_err());
+        let Ok(Command::Run(o)) = args("--threads=3") else {
+            panic!("should parse");
+        };
+        assert_eq!(o.threads, 3);
         assert!(args("--kernel").is_err());
         assert!(args("--quick --full").is_err());
         let Ok(Command::Run(o)) = args("--full --html /tmp/x") else {

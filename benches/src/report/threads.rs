@@ -1,0 +1,430 @@
+//! Rows of `threads`: the headline kernels on the best ISA split over `--threads N` threads
+//! ([`Parallelism::Rayon`], inside a rayon pool of N threads), timed interleaved with the same
+//! kernels on one thread over the same buffers. A row's `vs` holds `1 thread`: the one-thread
+//! time ÷ the N-thread time (the speed-up), and every row checks that both give the same bits.
+//!
+//! Memory-bound kernels beyond L2 share the machine's memory bandwidth: the `copy` row times
+//! the best ISA's copy of 64 MiB (32 MiB in, 32 MiB out) split in N contiguous parts on the
+//! same pool, against one thread: its speed-up is their ceiling.
+//!
+//! Shapes (default run): softmax and LayerNorm at 4096×1024 (beyond L2) and 512×1024 (in L2
+//! of two cores); linear at 128×384→1536 with GELU and at 16×384→1536; attention B = 1, H = 8,
+//! D = 64 at L = 512 and 2048; the GAU at B = 4, T = 512 (its parts are sequences); the MiniLM
+//! encoder of the `encoder` rows at 1×128 and 8×128. `--quick`: softmax 4096×1024, linear
+//! 128×384→1536, attention L = 512.
+
+use std::hint::black_box;
+
+use examples::{Encoder, Scratch};
+use kernels::{
+    Activation, AttentionOptions, AttentionShape, AttentionWorkspace, GauOptions, GauShape, GauWeights, GauWorkspace,
+    Isa, Kernels, LayerNormOptions, LinearOptions, LinearWeights, Parallelism, SoftmaxOptions, WeightLayout,
+    WeightType,
+};
+
+use super::case::{Context, Custom};
+use super::output::{self, Row};
+use super::timing::{self, Timing};
+use super::{encoder, Family, Plan, ReportError};
+use crate::data;
+use crate::roofline::{self, Stores};
+
+/// The kernel name of the rows (what `--kernel` selects them by).
+pub const KERNEL: &str = "threads";
+
+/// The rows of this module, for the registry of the report.
+pub const FAMILY: Family = Family {
+    kernels: &[KERNEL],
+    cases: no_cases,
+    custom,
+    headlines: &[],
+};
+
+fn no_cases(_: &Plan) -> Vec<super::Case> {
+    Vec::new()
+}
+
+/// One call of a row: runs the kernel with `k`, and returns its output's bits when asked
+/// (outside the timing: the copy would weigh on the small rows).
+type Call = Box<dyn FnMut(Kernels, bool) -> Option<Vec<u32>> + Send>;
+
+/// A row: its shape, FLOPs or elements per call, and how to build its call.
+struct Spec {
+    shape: &'static str,
+    flops: Option<f64>,
+    elements: Option<f64>,
+    make: fn(Kernels) -> Result<Call, String>,
+}
+
+fn specs(plan: &Plan) -> Vec<Spec> {
+    let all = vec![
+        spec_rows("softmax 4096x1024", 4096, 1024, softmax_call::<4096>),
+        spec_rows("softmax 512x1024", 512, 1024, softmax_call::<512>),
+        spec_rows("layer_norm 4096x1024", 4096, 1024, layer_norm_call::<4096>),
+        spec_rows("layer_norm 512x1024", 512, 1024, layer_norm_call::<512>),
+        Spec {
+            shape: "linear 128x384→1536 gelu",
+            flops: Some(2.0 * 128.0 * 384.0 * 1536.0),
+            elements: None,
+            make: linear_call::<128>,
+        },
+        Spec {
+            shape: "linear 16x384→1536 gelu",
+            flops: Some(2.0 * 16.0 * 384.0 * 1536.0),
+            elements: None,
+            make: linear_call::<16>,
+        },
+        Spec {
+            shape: "attention 1x8x512x64",
+            flops: Some(4.0 * 8.0 * 512.0 * 512.0 * 64.0),
+            elements: None,
+            make: attention_call::<512>,
+        },
+        Spec {
+            shape: "attention 1x8x2048x64",
+            flops: Some(4.0 * 8.0 * 2048.0 * 2048.0 * 64.0),
+            elements: None,
+            make: attention_call::<2048>,
+        },
+        Spec {
+            shape: "gau 4x512 d512 e1024 s128",
+            flops: Some(gau_flops()),
+            elements: None,
+            make: gau_call,
+        },
+        Spec {
+            shape: "encoder 1x128",
+            flops: Some(encoder::flops(&encoder::CONFIG, 1, 128)),
+            elements: None,
+            make: encoder_call::<1>,
+        },
+        Spec {
+            shape: "encoder 8x128",
+            flops: Some(encoder::flops(&encoder::CONFIG, 8, 128)),
+            elements: None,
+            make: encoder_call::<8>,
+        },
+    ];
+    let quick = ["softmax 4096x1024", "linear 128x384→1536 gelu", "attention 1x8x512x64"];
+    match plan.scope {
+        super::Scope::Quick => all.into_iter().filter(|s| quick.contains(&s.shape)).collect(),
+        _ => all,
+    }
+}
+
+fn spec_rows(shape: &'static str, rows: usize, n: usize, make: fn(Kernels) -> Result<Call, String>) -> Spec {
+    Spec {
+        shape,
+        flops: None,
+        elements: Some((rows * n) as f64),
+        make,
+    }
+}
+
+fn custom(plan: &Plan) -> Vec<Custom> {
+    let mut out: Vec<Custom> = specs(plan)
+        .into_iter()
+        .map(|spec| Custom {
+            kernel: KERNEL,
+            shape: spec.shape.to_string(),
+            measure: Box::new(move |ctx| measure(&spec, ctx)),
+        })
+        .collect();
+    out.push(Custom {
+        kernel: KERNEL,
+        shape: COPY_SHAPE.to_string(),
+        measure: Box::new(copy_rows),
+    });
+    out
+}
+
+const COLUMNS: [(&str, usize, bool); 6] = [
+    ("what", 34, false),
+    ("isa", 6, false),
+    ("time", 8, true),
+    ("GFLOP/s", 7, true),
+    ("GB/s", 6, true),
+    ("x1 thread", 9, true),
+];
+
+/// The rows as the lines of their own table.
+pub fn table(rows: &[&Row]) -> Vec<String> {
+    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let mut lines = vec![output::header(&COLUMNS)];
+    for r in rows {
+        // Elements of a memory-bound row move as f32 in and out.
+        let bytes = r.bytes.or(r.elements.map(|e| 8.0 * e));
+        let cells = [
+            r.shape.clone(),
+            r.isa.clone(),
+            output::duration(r.ns_per_iter),
+            f(r.gflop_per_s(), 1),
+            f(bytes.filter(|_| r.flops.is_none()).map(|b| b / r.ns_per_iter), 1),
+            f(r.vs("1 thread"), 2),
+        ];
+        lines.push(output::cells(&cells, &COLUMNS));
+    }
+    lines
+}
+
+fn bits(xs: &[f32]) -> Vec<u32> {
+    xs.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The pool of a run's rows and the kernels split over it: the best ISA of the run.
+fn setup(ctx: &Context) -> Result<(rayon::ThreadPool, Kernels), ReportError> {
+    let best = ctx
+        .kernels
+        .iter()
+        .copied()
+        .filter(|k| ctx.printed.contains(&k.isa()))
+        .max_by_key(|k| Isa::ALL.iter().position(|&i| i == k.isa()))
+        .ok_or_else(|| ReportError::new("threads: no printed ISA"))?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(ctx.threads)
+        .build()
+        .map_err(|e| ReportError::new(format!("threads: cannot start a pool of {}: {e}", ctx.threads)))?;
+    Ok((pool, best))
+}
+
+/// Batches of back-to-back calls lasting about [`BATCH_NS`].
+fn batches(ctx: &Context) -> Timing {
+    Timing {
+        sample_ns: ctx.timing.sample_ns.max(BATCH_NS),
+        ..ctx.timing
+    }
+}
+
+/// How long a batch of calls of one setting lasts, at least: ten times the report's batches,
+/// so that waking the pool at the start of a batch (see the module docs) weighs as little as it
+/// does in a model's run of kernels, one call after the other.
+const BATCH_NS: f64 = 30e6;
+
+fn measure(spec: &Spec, ctx: &Context) -> Result<Vec<Row>, ReportError> {
+    let fail = |msg: String| ReportError::new(format!("threads {}: {msg}", spec.shape));
+    let (pool, k) = setup(ctx)?;
+    let mut call = (spec.make)(k).map_err(fail)?;
+    let one = k.with_parallelism(Parallelism::Sequential);
+    let many = k.with_parallelism(Parallelism::Rayon(ctx.threads));
+    let want = call(one, true);
+    let got = pool.install(|| call(many, true));
+    if want != got {
+        return Err(fail(format!("{} threads give other bits than one: a bug", ctx.threads)));
+    }
+    let samples = timing::interleaved(2, &batches(ctx), |c| {
+        if c == 0 {
+            black_box(call(one, false));
+        } else {
+            pool.install(|| black_box(call(many, false)));
+        }
+    });
+    Ok(vec![Row {
+        kernel: KERNEL.to_string(),
+        isa: k.isa().to_string(),
+        dtype: "f32".to_string(),
+        shape: format!("{} on {}", spec.shape, ctx.threads),
+        flops: spec.flops,
+        elements: spec.elements,
+        ns_per_iter: samples.median(1),
+        vs: vec![("1 thread".to_string(), samples.speedup(1, 0))],
+        rel_iqr: samples.rel_iqr(1),
+        rounds: samples.rounds(),
+        ..Row::default()
+    }])
+}
+
+const COPY_SHAPE: &str = "copy 32 MiB";
+
+/// The copy of 32 MiB on one thread and split over the pool: the bandwidth ceiling.
+fn copy_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
+    let (pool, k) = setup(ctx)?;
+    let isa = k.isa();
+    let len = 8 << 20;
+    let x = data::uniform(len, -1.0, 1.0, 0xc09e);
+    let mut y = vec![0.0f32; len];
+    let threads = ctx.threads;
+    // Streaming stores where the ISA has them, as the memory-bound kernels use beyond the LLC.
+    let stores = if roofline::copy(isa, Stores::Streaming, &x[..64], &mut y[..64]) {
+        Stores::Streaming
+    } else {
+        Stores::Ordinary
+    };
+    let run = |c: usize, y: &mut [f32]| {
+        if c == 0 {
+            roofline::copy(isa, stores, &x, y);
+        } else {
+            let chunk = len.div_ceil(threads);
+            pool.install(|| {
+                rayon::scope(|s| {
+                    for (xs, ys) in x.chunks(chunk).zip(y.chunks_mut(chunk)) {
+                        s.spawn(move |_| {
+                            roofline::copy(isa, stores, xs, ys);
+                        });
+                    }
+                })
+            });
+        }
+        black_box(&*y);
+    };
+    let samples = timing::interleaved(2, &batches(ctx), |c| run(c, &mut y));
+    Ok(vec![Row {
+        kernel: KERNEL.to_string(),
+        isa: isa.to_string(),
+        dtype: "f32".to_string(),
+        shape: format!("{COPY_SHAPE} on {threads}"),
+        bytes: Some((2 * len * 4) as f64),
+        elements: Some(len as f64),
+        ns_per_iter: samples.median(1),
+        vs: vec![("1 thread".to_string(), samples.speedup(1, 0))],
+        rel_iqr: samples.rel_iqr(1),
+        rounds: samples.rounds(),
+        method: Some(roofline::copy_name(isa, stores)),
+        ..Row::default()
+    }])
+}
+
+fn softmax_call<const ROWS: usize>(_: Kernels) -> Result<Call, String> {
+    let x = data::uniform(ROWS * 1024, -4.0, 4.0, 1);
+    let mut y = vec![0.0f32; x.len()];
+    Ok(Box::new(move |k, check| {
+        k.softmax(&x, &mut y, 1024, &SoftmaxOptions::default()).unwrap();
+        check.then(|| bits(&y))
+    }))
+}
+
+fn layer_norm_call<const ROWS: usize>(_: Kernels) -> Result<Call, String> {
+    let x = data::uniform(ROWS * 1024, -4.0, 4.0, 2);
+    let (gamma, beta) = (data::uniform(1024, 0.5, 1.5, 3), data::uniform(1024, -0.5, 0.5, 4));
+    let mut y = vec![0.0f32; x.len()];
+    Ok(Box::new(move |k, check| {
+        let opts = LayerNormOptions {
+            gamma: Some(&gamma),
+            beta: Some(&beta),
+            eps: 1e-5,
+        };
+        k.layer_norm(&x, &mut y, 1024, &opts).unwrap();
+        check.then(|| bits(&y))
+    }))
+}
+
+fn linear_call<const M: usize>(k: Kernels) -> Result<Call, String> {
+    let (kk, n) = (384, 1536);
+    let w = data::uniform(kk * n, -0.05, 0.05, 5);
+    let b = data::uniform(n, -0.1, 0.1, 6);
+    let layer = LinearWeights {
+        weights: &w,
+        layout: WeightLayout::InOut,
+        in_features: kk,
+        out_features: n,
+        bias: Some(&b),
+    };
+    let packed = k.pack_linear(&layer, WeightType::F32).map_err(|e| e.to_string())?;
+    let x = data::uniform(M * kk, -1.0, 1.0, 7);
+    let mut y = vec![0.0f32; M * n];
+    Ok(Box::new(move |k, check| {
+        let opts = LinearOptions::default().activation(Activation::Gelu);
+        k.linear(&x, &packed, &mut y, &opts).unwrap();
+        check.then(|| bits(&y))
+    }))
+}
+
+fn attention_call<const L: usize>(_: Kernels) -> Result<Call, String> {
+    let shape = AttentionShape::self_attention(1, 8, L, 64);
+    let len = 8 * L * 64;
+    let (q, kk, v) = (
+        data::uniform(len, -1.0, 1.0, 8),
+        data::uniform(len, -1.0, 1.0, 9),
+        data::uniform(len, -1.0, 1.0, 10),
+    );
+    let mut out = vec![0.0f32; len];
+    let mut ws = AttentionWorkspace::new();
+    Ok(Box::new(move |k, check| {
+        k.attention(
+            &shape,
+            &q,
+            &kk,
+            &v,
+            &mut out,
+            None,
+            &AttentionOptions::default(),
+            &mut ws,
+        )
+        .unwrap();
+        check.then(|| bits(&out))
+    }))
+}
+
+const GAU: GauShape = GauShape {
+    batch: 4,
+    seq_len: 512,
+    dim: 512,
+    expand: 1024,
+    qk_dim: 128,
+};
+
+/// `2·T·d·(2e + s)` in, `2·T²·(s + e)` for the attention, `2·T·e·d` out, per sequence.
+fn gau_flops() -> f64 {
+    let GauShape {
+        batch: b,
+        seq_len: t,
+        dim: d,
+        expand: e,
+        qk_dim: s,
+    } = GAU;
+    (b * 2 * t * (d * (2 * e + s) + t * (s + e) + e * d)) as f64
+}
+
+fn gau_call(_: Kernels) -> Result<Call, String> {
+    let GauShape {
+        batch: b,
+        seq_len: t,
+        dim: d,
+        expand: e,
+        qk_dim: s,
+    } = GAU;
+    let x = data::uniform(b * t * d, -1.0, 1.0, 11);
+    let w_in = data::uniform(d * (2 * e + s), -0.04, 0.04, 12);
+    let w_out = data::uniform(e * d, -0.03, 0.03, 13);
+    let (gq, bq) = (data::uniform(s, 0.5, 1.5, 14), data::uniform(s, -0.1, 0.1, 15));
+    let (gk, bk) = (data::uniform(s, 0.5, 1.5, 16), data::uniform(s, -0.1, 0.1, 17));
+    let mut out = vec![0.0f32; b * t * d];
+    let mut ws = GauWorkspace::new();
+    Ok(Box::new(move |k, check| {
+        let weights = GauWeights {
+            w_in: &w_in,
+            b_in: None,
+            gamma_q: &gq,
+            beta_q: &bq,
+            gamma_k: &gk,
+            beta_k: &bk,
+            w_out: &w_out,
+            b_out: None,
+        };
+        k.gau(&GAU, &x, &weights, &GauOptions::default(), &mut out, &mut ws)
+            .unwrap();
+        check.then(|| bits(&out))
+    }))
+}
+
+fn encoder_call<const B: usize>(k: Kernels) -> Result<Call, String> {
+    let len = 128;
+    let layers = encoder::weights(&encoder::CONFIG);
+    let input = data::uniform(B * len * encoder::CONFIG.hidden, -1.7, 1.7, 0x5eed_e0ff);
+    let padding = vec![0.0f32; B * len];
+    // One encoder per setting: its weights are packed for the ISA, and it keeps its kernels.
+    let one = Encoder::new(k, encoder::CONFIG, &layers).map_err(|e| e.to_string())?;
+    let many =
+        Encoder::new(k.with_parallelism(Parallelism::Rayon(0)), encoder::CONFIG, &layers).map_err(|e| e.to_string())?;
+    let mut x = input.clone();
+    let mut scratch = Scratch::default();
+    Ok(Box::new(move |k, check| {
+        let model = if k.parallelism() == Parallelism::Sequential {
+            &one
+        } else {
+            &many
+        };
+        x.copy_from_slice(&input);
+        model.forward(&mut x, B, len, &padding, &mut scratch).unwrap();
+        check.then(|| bits(&x))
+    }))
+}
