@@ -1,6 +1,7 @@
 //! all-MiniLM-L6-v2 on every ISA against float64 sentence-transformers
 //! (`examples/data/minilm-golden.json`, made by `scripts/golden_embeddings.py`): the token ids
-//! must be the same, and each embedding within `1 − cos ≤ 1e-9` and `max|Δ| ≤ 2e-6`.
+//! must be the same, and each embedding within `1 − cos ≤ 1e-9` and `max|Δ| ≤ 2e-6`. The whole
+//! first four as one padded batch, split over 3 threads, give the sequential batch's bits.
 //!
 //! Needs the checkpoint: `KERNELS_MINILM_DIR=$(scripts/fetch-minilm.sh)`; without it the test
 //! says why and passes.
@@ -8,7 +9,7 @@
 use std::path::PathBuf;
 
 use examples::{Model, Scratch};
-use kernels::{available_isas, Kernels};
+use kernels::{available_isas, Kernels, Parallelism};
 use serde_json::Value;
 
 const MAX_ONE_MINUS_COS: f64 = 1e-9;
@@ -74,6 +75,18 @@ fn minilm_matches_sentence_transformers_on_every_isa() {
         eprintln!(
             "{isa:?}: {} sentences, worst 1 − cos {worst_cos:.3e}, worst max|Δ| {worst_abs:.3e}",
             sentences.len()
+        );
+        let batch: Vec<Vec<u32>> = sentences[..4]
+            .iter()
+            .map(|s| model.tokenize(s["text"].as_str().unwrap()).unwrap())
+            .collect();
+        let threads = Kernels::for_isa(isa).unwrap().with_parallelism(Parallelism::Rayon(3));
+        let split = Model::load(&dir, threads).unwrap();
+        let bits = |v: Vec<Vec<f32>>| -> Vec<u32> { v.iter().flatten().map(|x| x.to_bits()).collect() };
+        assert_eq!(
+            bits(model.embed_ids(&batch, &mut scratch).unwrap()),
+            bits(split.embed_ids(&batch, &mut Scratch::default()).unwrap()),
+            "{isa:?}: the batch on 3 threads"
         );
     }
 }

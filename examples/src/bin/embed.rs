@@ -1,24 +1,28 @@
-//! `embed MODEL_DIR [--isa NAME] [--batch N]`: sentence embeddings of the lines of stdin, one
-//! JSON array of floats a line on stdout, in order. `N` lines (default 8) run as one batch,
-//! padded to the longest; `--isa` picks the kernels' ISA (default: the best this CPU has).
+//! `embed MODEL_DIR [--isa NAME] [--batch N] [--threads N]`: sentence embeddings of the lines
+//! of stdin, one JSON array of floats a line on stdout, in order. `N` lines (default 8) run as
+//! one batch, padded to the longest; `--isa` picks the kernels' ISA (default: the best this CPU
+//! has); `--threads` the threads each kernel call is split over (default: every core; the
+//! embeddings are the same bits for any count).
 
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use examples::{Model, Scratch};
-use kernels::{Isa, Kernels};
+use kernels::{Isa, Kernels, Parallelism};
 
-const USAGE: &str = "usage: embed MODEL_DIR [--isa scalar|avx2|avx512|neon] [--batch N] < lines";
+const USAGE: &str = "usage: embed MODEL_DIR [--isa scalar|avx2|avx512|neon] [--batch N] [--threads N] < lines";
 
 struct Args {
     dir: PathBuf,
     isa: Option<Isa>,
     batch: usize,
+    parallelism: Parallelism,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut dir, mut isa, mut batch) = (None, None, 8);
+    let mut parallelism = Parallelism::Rayon(0);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--isa" => {
@@ -32,6 +36,14 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     _ => return Err(format!("--batch {n}: expected a positive integer")),
                 };
             }
+            "--threads" => {
+                let n = args.next().ok_or("--threads needs a number")?;
+                parallelism = match n.parse::<usize>() {
+                    Ok(1) => Parallelism::Sequential,
+                    Ok(n) if n > 1 => Parallelism::Rayon(n),
+                    _ => return Err(format!("--threads {n}: expected a positive integer")),
+                };
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             _ if a.starts_with('-') => return Err(format!("unknown option {a}\n{USAGE}")),
             _ if dir.is_none() => dir = Some(PathBuf::from(a)),
@@ -42,6 +54,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         dir: dir.ok_or(USAGE)?,
         isa,
         batch,
+        parallelism,
     })
 }
 
@@ -50,7 +63,8 @@ fn run() -> Result<(), Option<String>> {
     let kernels = match args.isa {
         Some(isa) => Kernels::for_isa(isa).map_err(|e| Some(format!("--isa: {e}")))?,
         None => Kernels::best(),
-    };
+    }
+    .with_parallelism(args.parallelism);
     let model = Model::load(&args.dir, kernels).map_err(|e| Some(e.to_string()))?;
     let mut scratch = Scratch::default();
     let mut out = BufWriter::new(std::io::stdout().lock());
