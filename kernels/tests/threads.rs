@@ -15,7 +15,7 @@ use kernels::half::{bf16, f16};
 use kernels::{
     Activation, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Element, GauAttention,
     GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, LinearOptions, LinearWeights, MaskShape,
-    Parallelism, Residual, RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
+    Parallelism, Residual, RmsNormOptions, Rope, RowStats, SoftmaxOptions, WeightLayout, WeightType,
 };
 
 const THREADS: [usize; 4] = [1, 2, 3, 7];
@@ -322,21 +322,29 @@ fn attention_of<E: Element>(k: Kernels, shape: &AttentionShape, masked: bool, ca
 #[test]
 fn gau() {
     // B = 5 sequences of 97: 5 units of about 3M FMAs, one a part.
-    let shape = GauShape {
+    let batched = GauShape {
         batch: 5,
         seq_len: 97,
         dim: 64,
         expand: 128,
         qk_dim: 32,
     };
+    // One sequence of 500: split within it, the attention over 6 blocks of 96 rows (one a part)
+    // and the projections over 3 parts of 2 blocks; causal, with RoPE.
+    let single = GauShape {
+        batch: 1,
+        seq_len: 500,
+        ..batched
+    };
     for k in all_kernels() {
         for attention in [GauAttention::Relu2, GauAttention::SoftmaxPlus { min_len: 64 }] {
-            each_type!(gau_of(k; &shape, attention));
+            each_type!(gau_of(k; &batched, attention, false));
+            each_type!(gau_of(k; &single, attention, true));
         }
     }
 }
 
-fn gau_of<E: Element>(k: Kernels, shape: &GauShape, attention: GauAttention) {
+fn gau_of<E: Element>(k: Kernels, shape: &GauShape, attention: GauAttention, causal: bool) {
     let GauShape {
         batch: b,
         seq_len: t,
@@ -363,9 +371,11 @@ fn gau_of<E: Element>(k: Kernels, shape: &GauShape, attention: GauAttention) {
     let opts = GauOptions {
         key_lengths: Some(&lengths),
         attention,
+        causal,
+        rope: causal.then_some(Rope::HalfSplit),
         ..Default::default()
     };
-    same_bits(&format!("gau {} {attention:?}", E::NAME), k, |k| {
+    same_bits(&format!("gau {} {shape:?} {attention:?}", E::NAME), k, |k| {
         let mut out = vec![E::default(); b * t * d];
         k.gau(shape, &x, &weights, &opts, &mut out, &mut GauWorkspace::new())
             .unwrap();

@@ -9,7 +9,8 @@
 //!
 //! Shapes (default run): softmax and LayerNorm at 4096×1024 (beyond L2) and 512×1024 (in L2
 //! of two cores); linear at 128×384→1536 with GELU and at 16×384→1536; attention B = 1, H = 8,
-//! D = 64 at L = 512 and 2048; the GAU at B = 4, T = 512 (its parts are sequences); the MiniLM
+//! D = 64 at L = 512 and 2048; the GAU at B = 4, T = 512 (split by sequences) and B = 1,
+//! T = 1024 (split within the sequence); the MiniLM
 //! encoder of the `encoder` rows at 1×128 and 8×128. `--quick`: softmax 4096×1024, linear
 //! 128×384→1536, attention L = 512.
 
@@ -88,9 +89,15 @@ fn specs(plan: &Plan) -> Vec<Spec> {
         },
         Spec {
             shape: "gau 4x512 d512 e1024 s128",
-            flops: Some(gau_flops()),
+            flops: Some(gau_flops(4, 512)),
             elements: None,
-            make: gau_call,
+            make: gau_call::<4, 512>,
+        },
+        Spec {
+            shape: "gau 1x1024 d512 e1024 s128",
+            flops: Some(gau_flops(1, 1024)),
+            elements: None,
+            make: gau_call::<1, 1024>,
         },
         Spec {
             shape: "encoder 1x128",
@@ -354,34 +361,37 @@ fn attention_call<const L: usize>(_: Kernels) -> Result<Call, String> {
     }))
 }
 
-const GAU: GauShape = GauShape {
-    batch: 4,
-    seq_len: 512,
-    dim: 512,
-    expand: 1024,
-    qk_dim: 128,
-};
+/// The GAU of the rows: `B` sequences of `T`, `d = 512`, `e = 1024`, `s = 128`.
+const fn gau_shape(batch: usize, seq_len: usize) -> GauShape {
+    GauShape {
+        batch,
+        seq_len,
+        dim: 512,
+        expand: 1024,
+        qk_dim: 128,
+    }
+}
 
 /// `2·T·d·(2e + s)` in, `2·T²·(s + e)` for the attention, `2·T·e·d` out, per sequence.
-fn gau_flops() -> f64 {
+fn gau_flops(b: usize, t: usize) -> f64 {
     let GauShape {
-        batch: b,
-        seq_len: t,
         dim: d,
         expand: e,
         qk_dim: s,
-    } = GAU;
+        ..
+    } = gau_shape(b, t);
     (b * 2 * t * (d * (2 * e + s) + t * (s + e) + e * d)) as f64
 }
 
-fn gau_call(_: Kernels) -> Result<Call, String> {
+fn gau_call<const B: usize, const T: usize>(_: Kernels) -> Result<Call, String> {
+    let shape = gau_shape(B, T);
     let GauShape {
         batch: b,
         seq_len: t,
         dim: d,
         expand: e,
         qk_dim: s,
-    } = GAU;
+    } = shape;
     let x = data::uniform(b * t * d, -1.0, 1.0, 11);
     let w_in = data::uniform(d * (2 * e + s), -0.04, 0.04, 12);
     let w_out = data::uniform(e * d, -0.03, 0.03, 13);
@@ -400,7 +410,7 @@ fn gau_call(_: Kernels) -> Result<Call, String> {
             w_out: &w_out,
             b_out: None,
         };
-        k.gau(&GAU, &x, &weights, &GauOptions::default(), &mut out, &mut ws)
+        k.gau(&shape, &x, &weights, &GauOptions::default(), &mut out, &mut ws)
             .unwrap();
         check.then(|| bits(&out))
     }))

@@ -53,6 +53,15 @@ pub(super) struct GauCall<E> {
     pub slot: usize,
     /// The sequences of the batch this call computes, `batches.0..batches.1`.
     pub batches: (usize, usize),
+    /// What of the call this op runs.
+    pub phase: Phase,
+    /// The rows of the sequence a [`Phase::Project`] or [`Phase::Attend`] op computes.
+    pub rows: (usize, usize),
+    /// This part's own block accumulators ([`block_len`] floats) in a call split within a
+    /// sequence; null to use those of the slot.
+    pub blocks: *mut f32,
+    /// Floats of the block accumulators of a part ([`block_len`]).
+    pub block: usize,
     /// `w_in` and `w_out` are already packed for this ISA's panels ([`PackedGauWeights`]).
     pub packed: bool,
 }
@@ -60,9 +69,43 @@ pub(super) struct GauCall<E> {
 /// The fewest multiply-adds a part of a call has: about 20 µs of work.
 const GRAIN_FMAS: usize = 1 << 21;
 
+/// What a GAU op runs. A call runs [`Phase::All`], split over sequences; a call with fewer
+/// sequences than threads runs the other phases in order instead, each sequence's projections
+/// and attention split over blocks of rows (the weights and keys are packed once, on the calling
+/// thread). Every row is computed by the same operations either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Every phase of the sequences `batches`.
+    All,
+    /// The weights packed into the slot (unless they come packed).
+    Weights,
+    /// The projections in of rows `rows` of a sequence, with their Q, K.
+    Project(usize),
+    /// The keys of a sequence packed.
+    Keys(usize),
+    /// The attention and the projection out of rows `rows` of a sequence.
+    Attend(usize),
+}
+
+/// Rows of a unit of a sequence split over threads: a multiple of the row blocks of every
+/// ISA's tile (`ROW_BLOCKS·MR`, with `MR` 6 or 4), so that a part's blocks are the whole
+/// call's.
+pub(super) const ROW_UNIT: usize = ROW_BLOCKS * 12;
+
+/// Floats of the block accumulators of one part: the block's output rows and its probability
+/// tiles.
+pub(super) fn block_len(shape: &GauShape) -> Option<usize> {
+    let l = Layout::new(shape, false, true)?;
+    l.o_acc.checked_add(l.p)
+}
+
 impl<E: Element> Split for GauCall<E> {
     fn units(&self) -> usize {
-        self.batches.1 - self.batches.0
+        match self.phase {
+            Phase::All => self.batches.1 - self.batches.0,
+            Phase::Project(_) | Phase::Attend(_) => (self.rows.1 - self.rows.0).div_ceil(ROW_UNIT),
+            Phase::Weights | Phase::Keys(_) => 1,
+        }
     }
 
     fn grain(&self) -> usize {
@@ -73,16 +116,38 @@ impl<E: Element> Split for GauCall<E> {
             qk_dim: sd,
             ..
         } = self.shape;
-        // The projections in and out, and the attention.
-        let fmas = t.saturating_mul(d.saturating_mul(3 * e + sd).saturating_add(t.saturating_mul(sd + e)));
+        let fmas = match self.phase {
+            // The projections in and out, and the attention.
+            Phase::All => t.saturating_mul(d.saturating_mul(3 * e + sd).saturating_add(t.saturating_mul(sd + e))),
+            Phase::Project(_) => ROW_UNIT.saturating_mul(d).saturating_mul(2 * e + sd),
+            Phase::Attend(_) => ROW_UNIT.saturating_mul(t.saturating_mul(sd + e).saturating_add(e * d)),
+            Phase::Weights | Phase::Keys(_) => usize::MAX,
+        };
         GRAIN_FMAS.div_ceil(fmas.max(1))
     }
 
-    unsafe fn part(&self, batches: Range<usize>, index: usize) -> Self {
-        GauCall {
-            batches: (self.batches.0 + batches.start, self.batches.0 + batches.end),
-            workspace: self.workspace.wrapping_add(index * self.slot),
-            ..*self
+    unsafe fn part(&self, units: Range<usize>, index: usize) -> Self {
+        match self.phase {
+            Phase::All => GauCall {
+                batches: (self.batches.0 + units.start, self.batches.0 + units.end),
+                workspace: self.workspace.wrapping_add(index * self.slot),
+                ..*self
+            },
+            Phase::Project(_) | Phase::Attend(_) => {
+                let start = self.rows.0 + units.start * ROW_UNIT;
+                let end = (self.rows.0 + units.end * ROW_UNIT).min(self.rows.1);
+                // Part 0 uses the slot's own accumulators, part `i` the `i`-th after the slot.
+                let blocks = match (self.phase, index) {
+                    (Phase::Attend(_), i) if i > 0 => self.workspace.wrapping_add(self.slot + (i - 1) * self.block),
+                    _ => std::ptr::null_mut(),
+                };
+                GauCall {
+                    rows: (start, end),
+                    blocks,
+                    ..*self
+                }
+            }
+            Phase::Weights | Phase::Keys(_) => *self,
         }
     }
 }
@@ -255,14 +320,230 @@ impl<S: Simd, E: Element, const MR: usize, const NV: usize> Epilogue<S, MR, NV> 
     }
 }
 
-/// Runs a whole GAU call.
+/// The regions of a call's workspace, and the weights it multiplies by.
+struct Regions {
+    w_in: *const f32,
+    w_out: *const f32,
+    h: *mut f32,
+    q: *mut f32,
+    kt: *mut f32,
+    kp: *mut f32,
+    o_acc: *mut f32,
+    p_tile: *mut f32,
+    x_wide: *mut f32,
+}
+
+impl Regions {
+    /// The regions of `c`'s slot (the block's accumulators in `c.blocks` where it has its
+    /// own); the weights as they come when packed, else their packed copies in the slot.
+    ///
+    /// # Safety
+    /// `c.workspace` holds `layout.total()` floats; `c.blocks`, when not null, `layout.o_acc +
+    /// layout.p`.
+    #[inline(always)]
+    unsafe fn of<E>(c: &GauCall<E>, layout: &Layout) -> Regions {
+        // SAFETY (offsets): the regions follow each other inside the slot's `total()` floats.
+        unsafe {
+            let w_in_p = c.workspace;
+            let w_out_p = w_in_p.add(layout.w_in);
+            let h = w_out_p.add(layout.w_out);
+            let q = h.add(layout.h);
+            let kt = q.add(layout.q);
+            let kp = kt.add(layout.k);
+            let mut o_acc = kp.add(layout.k_packed);
+            let x_wide = o_acc.add(layout.o_acc + layout.p);
+            if !c.blocks.is_null() {
+                o_acc = c.blocks;
+            }
+            let (w_in, w_out) = if c.packed {
+                (c.w_in, c.w_out)
+            } else {
+                (w_in_p.cast_const(), w_out_p.cast_const())
+            };
+            Regions {
+                w_in,
+                w_out,
+                h,
+                q,
+                kt,
+                kp,
+                o_acc,
+                p_tile: o_acc.add(layout.o_acc),
+                x_wide,
+            }
+        }
+    }
+}
+
+/// Runs the phase of a GAU call that `c.phase` names.
 ///
 /// # Safety
 /// As [`GauCall`]; `MR ≤ MAX_MR` and `NV·LANES` divides `MAX_NR`.
+#[inline(always)]
+unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &GauCall<E>) {
+    let layout = Layout::new(&c.shape, !E::IS_F32, c.packed).expect("validated");
+    // SAFETY: the call's contract.
+    let r = unsafe { Regions::of(c, &layout) };
+    let t = c.shape.seq_len;
+    // SAFETY (every phase): the call's contract; the phases of one sequence run in order.
+    unsafe {
+        match c.phase {
+            Phase::All => {
+                pack_weights::<S, E, NV>(s, c);
+                for b in c.batches.0..c.batches.1 {
+                    project::<S, E, MR, NV>(s, c, &r, b, 0..t);
+                    pack_keys::<S, E, NV>(s, c, &r, b);
+                    attend::<S, E, MR, NV>(s, c, &r, b, 0..t);
+                }
+            }
+            Phase::Weights => pack_weights::<S, E, NV>(s, c),
+            Phase::Project(b) => project::<S, E, MR, NV>(s, c, &r, b, c.rows.0..c.rows.1),
+            Phase::Keys(b) => pack_keys::<S, E, NV>(s, c, &r, b),
+            Phase::Attend(b) => attend::<S, E, MR, NV>(s, c, &r, b, c.rows.0..c.rows.1),
+        }
+    }
+}
+
+/// Packs `W_in` and `W_out` into the slot's panels, unless they come packed.
+///
+/// # Safety
+/// As [`GauCall`].
+#[inline(always)]
+unsafe fn pack_weights<S: Simd, E: Element, const NV: usize>(s: S, c: &GauCall<E>) {
+    if c.packed {
+        return;
+    }
+    let GauShape {
+        dim: d,
+        expand: e,
+        qk_dim: sd,
+        ..
+    } = c.shape;
+    let (w, nr) = (2 * e + sd, NV * S::LANES);
+    let layout = Layout::new(&c.shape, !E::IS_F32, c.packed).expect("validated");
+    debug_assert!(packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
+    // SAFETY: the weights have the validated shapes; the packed regions are large enough.
+    unsafe {
+        pack_b(s, c.w_in, w, d, w, nr, c.workspace);
+        pack_b(s, c.w_out, d, e, d, nr, c.workspace.add(layout.w_in));
+    }
+}
+
+/// Rows `rows` of sequence `b`: `[U | V | Z] = swish(X·W_in + b_in)` (X read in place when
+/// f32, else widened first), then their Q, K from Z, with RoPE.
+///
+/// # Safety
+/// As [`GauCall`], the weights packed; `rows` inside `0..T`.
+#[inline(always)]
+unsafe fn project<S: Simd, E: Element, const MR: usize, const NV: usize>(
+    s: S,
+    c: &GauCall<E>,
+    r: &Regions,
+    b: usize,
+    rows: Range<usize>,
+) {
+    let GauShape {
+        seq_len: t,
+        dim: d,
+        expand: e,
+        qk_dim: sd,
+        ..
+    } = c.shape;
+    let w = 2 * e + sd;
+    let lanes = S::LANES;
+    let (i0, n) = (rows.start, rows.len());
+    // SAFETY: X of batch `b` holds `T·d` elements, rows `i0..i0 + n` of it; `x_wide` holds
+    // `T·d` floats when `E` is not f32; `h` holds `T·(2e+s)`.
+    unsafe {
+        let x = if E::IS_F32 {
+            c.x.add((b * t + i0) * d).cast::<f32>()
+        } else {
+            crate::math::map_row(s, c.x.add((b * t + i0) * d), r.x_wide.add(i0 * d), n * d, Identity);
+            r.x_wide.add(i0 * d).cast_const()
+        };
+        let mut epi = Projection {
+            h: r.h.add(i0 * w),
+            ldh: w,
+            bias: c.b_in,
+        };
+        gemm::<S, MR, NV>(s, x, d, n, d, r.w_in, w, &mut epi);
+    }
+    for i in rows.clone() {
+        let mut col = 0;
+        while col < sd {
+            let count = (sd - col).min(lanes);
+            // SAFETY: row `i`, columns `col..col + count ≤ s` of Z, Q, K and the γ/β.
+            unsafe {
+                let z = load_n(s, r.h.add(i * w + 2 * e + col), count);
+                let qv = s.mul_add(
+                    z,
+                    load_n(s, c.gamma_q.add(col), count),
+                    load_n(s, c.beta_q.add(col), count),
+                );
+                let kv = s.mul_add(
+                    z,
+                    load_n(s, c.gamma_k.add(col), count),
+                    load_n(s, c.beta_k.add(col), count),
+                );
+                store_n(s, r.q.add(i * sd + col), count, qv);
+                store_n(s, r.kt.add(i * sd + col), count, kv);
+            }
+            col += count;
+        }
+    }
+    if let Some(rope) = c.rope {
+        // SAFETY: rows `i0..i0 + n` of Q and K (`s` floats each) and of the table.
+        unsafe {
+            apply_rope(
+                r.q.add(i0 * sd),
+                r.kt.add(i0 * sd),
+                c.rope_table.add(i0 * sd),
+                n,
+                sd,
+                rope,
+            )
+        };
+    }
+}
+
+/// The keys of sequence `b`, from K, packed as the `B` of `Q·Kᵀ`.
+///
+/// # Safety
+/// As [`GauCall`], after [`project`] of every row of the sequence.
+#[inline(always)]
+unsafe fn pack_keys<S: Simd, E: Element, const NV: usize>(s: S, c: &GauCall<E>, r: &Regions, b: usize) {
+    let sd = c.shape.qk_dim;
+    let nr = NV * S::LANES;
+    let valid = valid_keys(c, b);
+    // SAFETY: K holds `T` rows of `s`; `kp` holds `⌈T/MAX_NR⌉·MAX_NR·s ≥ tiles·nr·s`.
+    unsafe { pack_bt(s, r.kt, sd, r.kp, valid, valid.div_ceil(nr), nr, sd) };
+}
+
+/// The keys sequence `b` has.
+fn valid_keys<E>(c: &GauCall<E>, b: usize) -> usize {
+    if c.key_lengths.is_null() {
+        c.shape.seq_len
+    } else {
+        // SAFETY: `key_lengths` has `B` entries when present, `b < B`.
+        unsafe { *c.key_lengths.add(b) }
+    }
+}
+
+/// Rows `span` of sequence `b`: `A·V` per block of rows, gated by U in place, then
+/// `O = G·W_o + b_o` for them.
+///
+/// # Safety
+/// As [`GauCall`], after [`pack_keys`] of the sequence; `span` inside `0..T`.
 // `m` indexes the block's micro-block states, alphas and buffers together.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &GauCall<E>) {
+unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
+    s: S,
+    c: &GauCall<E>,
+    r: &Regions,
+    b: usize,
+    span: Range<usize>,
+) {
     let GauShape {
         seq_len: t,
         dim: d,
@@ -273,179 +554,98 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &G
     let w = 2 * e + sd;
     let lanes = S::LANES;
     let nr = NV * lanes;
-    let layout = Layout::new(&c.shape, !E::IS_F32, c.packed).expect("validated");
-    // SAFETY (offsets): the regions follow each other inside the workspace's `total()` floats.
-    let (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile, x_wide) = unsafe {
-        let w_in_p = c.workspace;
-        let w_out_p = w_in_p.add(layout.w_in);
-        let h = w_out_p.add(layout.w_out);
-        let q = h.add(layout.h);
-        let kt = q.add(layout.q);
-        let kp = kt.add(layout.k);
-        let o_acc = kp.add(layout.k_packed);
-        let p_tile = o_acc.add(layout.o_acc);
-        (w_in_p, w_out_p, h, q, kt, kp, o_acc, p_tile, p_tile.add(layout.p))
-    };
-    debug_assert!(c.packed || packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
+    let valid = valid_keys(c, b);
+    let (h, q, kp, o_acc, p_tile) = (r.h, r.q, r.kp, r.o_acc, r.p_tile);
     // Rows of the block accumulators: `e` rounded up to whole tiles, plus one tile so that the
     // stride is never a multiple of 4 KiB (e = 1024 would put every row of a micro-block in
     // the same L1 set, and make loads alias the stores of the row before).
     let e_pad = (e.div_ceil(nr) + 1) * nr;
-    // Weights that come packed (for this ISA's panels) are used as they are.
-    let (w_in_p, w_out_p) = if c.packed {
-        (c.w_in, c.w_out)
-    } else {
-        // SAFETY: the weights have the validated shapes; the packed regions are large enough.
-        unsafe {
-            pack_b(s, c.w_in, w, d, w, nr, w_in_p);
-            pack_b(s, c.w_out, d, e, d, nr, w_out_p);
+    let block = ROW_BLOCKS * MR;
+    let mut i0 = span.start;
+    while i0 < span.end {
+        let rows = block.min(span.end - i0);
+        let micro = rows.div_ceil(MR);
+        // SAFETY: the block's accumulators hold `block·e_pad ≤ layout.o_acc` floats.
+        unsafe { std::slice::from_raw_parts_mut(o_acc, micro * MR * e_pad).fill(0.0) };
+        let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
+        let mut states = [RowSoftmax::<S, MR>::new(s); ROW_BLOCKS];
+        let mut alphas = [[s.splat(1.0); MR]; ROW_BLOCKS];
+        for tt in 0..key_end.div_ceil(nr) {
+            let j0 = tt * nr;
+            for m in 0..micro {
+                let r0 = i0 + m * MR;
+                // SAFETY: rows `< T`, tile `tt` of the packed keys, the block's `p` tile.
+                alphas[m] = unsafe {
+                    scores::<S, E, MR, NV>(
+                        s,
+                        c,
+                        q,
+                        kp.add(tt * sd * nr),
+                        p_tile.add(m * MR * nr),
+                        r0,
+                        i0 + rows,
+                        j0,
+                        valid,
+                        &mut states[m],
+                    )
+                };
+            }
+            let keys = nr.min(key_end - j0);
+            let mut c0 = 0;
+            while c0 < e {
+                for m in 0..micro {
+                    // SAFETY: V rows `j0..j0 + keys < T` at columns `e + c0..e + c0 + nr`
+                    // (inside the padded `h`); the block's `p` and accumulators.
+                    unsafe {
+                        rank_update::<S, MR, NV>(
+                            s,
+                            p_tile.add(m * MR * nr),
+                            nr,
+                            keys,
+                            h.add(j0 * w + e + c0),
+                            w,
+                            o_acc.add(m * MR * e_pad + c0),
+                            e_pad,
+                            Some(&alphas[m]),
+                        )
+                    };
+                }
+                c0 += nr;
+            }
         }
-        (w_in_p.cast_const(), w_out_p.cast_const())
-    };
-    for b in c.batches.0..c.batches.1 {
-        // SAFETY: `key_lengths` has `B` entries when present.
-        let valid = if c.key_lengths.is_null() {
-            t
-        } else {
-            unsafe { *c.key_lengths.add(b) }
-        };
-        // 1. [U | V | Z] = swish(X·W_in + b_in), X read in place when f32, else widened first.
-        // SAFETY: X of batch `b` holds `T·d` elements; `x_wide` holds `T·d` floats when `E` is
-        // not f32; `h` holds `T·(2e+s)`.
-        unsafe {
-            let x = if E::IS_F32 {
-                c.x.add(b * t * d).cast::<f32>()
+        for r in 0..rows {
+            // Softmax-plus divides by the row's sum here; relu² needs nothing.
+            let norm = s.splat(if c.softmax_plus.is_some() {
+                states[r / MR].inv_sum(s, r % MR)
             } else {
-                crate::math::map_row(s, c.x.add(b * t * d), x_wide, t * d, Identity);
-                x_wide.cast_const()
-            };
-            let mut epi = Projection {
-                h,
-                ldh: w,
-                bias: c.b_in,
-            };
-            gemm::<S, MR, NV>(s, x, d, t, d, w_in_p, w, &mut epi);
-        }
-        // 2. Q, K from Z; RoPE; K packed as the `B` of Q·Kᵀ.
-        for i in 0..t {
+                1.0
+            });
             let mut col = 0;
-            while col < sd {
-                let count = (sd - col).min(lanes);
-                // SAFETY: row `i`, columns `col..col + count ≤ s` of Z, Q, K and the γ/β.
+            while col < e {
+                let count = (e - col).min(lanes);
+                // SAFETY: row `i0 + r < T` of U (in `h`) and of the accumulators.
                 unsafe {
-                    let z = load_n(s, h.add(i * w + 2 * e + col), count);
-                    let qv = s.mul_add(
-                        z,
-                        load_n(s, c.gamma_q.add(col), count),
-                        load_n(s, c.beta_q.add(col), count),
-                    );
-                    let kv = s.mul_add(
-                        z,
-                        load_n(s, c.gamma_k.add(col), count),
-                        load_n(s, c.beta_k.add(col), count),
-                    );
-                    store_n(s, q.add(i * sd + col), count, qv);
-                    store_n(s, kt.add(i * sd + col), count, kv);
+                    let u = h.add((i0 + r) * w + col);
+                    let av = s.mul(s.load(o_acc.add(r * e_pad + col)), norm);
+                    let g = s.mul(load_n(s, u, count), av);
+                    store_n(s, u, count, g);
                 }
                 col += count;
             }
         }
-        if let Some(rope) = c.rope {
-            // SAFETY: Q and K hold `T·s` floats, the table `T·s`.
-            unsafe { apply_rope(q, kt, c.rope_table, t, sd, rope) };
-        }
-        let tiles = valid.div_ceil(nr);
-        // SAFETY: K holds `T` rows of `s`; `kp` holds `⌈T/MAX_NR⌉·MAX_NR·s ≥ tiles·nr·s`.
-        unsafe { pack_bt(s, kt, sd, kp, valid, tiles, nr, sd) };
+        i0 += rows;
+    }
 
-        // 3. A·V per block of rows, gated by U in place.
-        let block = ROW_BLOCKS * MR;
-        let mut i0 = 0;
-        while i0 < t {
-            let rows = block.min(t - i0);
-            let micro = rows.div_ceil(MR);
-            // SAFETY: the block's accumulators hold `block·e_pad ≤ layout.o_acc` floats.
-            unsafe { std::slice::from_raw_parts_mut(o_acc, micro * MR * e_pad).fill(0.0) };
-            let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
-            let mut states = [RowSoftmax::<S, MR>::new(s); ROW_BLOCKS];
-            let mut alphas = [[s.splat(1.0); MR]; ROW_BLOCKS];
-            for tt in 0..key_end.div_ceil(nr) {
-                let j0 = tt * nr;
-                for m in 0..micro {
-                    let r0 = i0 + m * MR;
-                    // SAFETY: rows `< T`, tile `tt` of the packed keys, the block's `p` tile.
-                    alphas[m] = unsafe {
-                        scores::<S, E, MR, NV>(
-                            s,
-                            c,
-                            q,
-                            kp.add(tt * sd * nr),
-                            p_tile.add(m * MR * nr),
-                            r0,
-                            i0 + rows,
-                            j0,
-                            valid,
-                            &mut states[m],
-                        )
-                    };
-                }
-                let keys = nr.min(key_end - j0);
-                let mut c0 = 0;
-                while c0 < e {
-                    for m in 0..micro {
-                        // SAFETY: V rows `j0..j0 + keys < T` at columns `e + c0..e + c0 + nr`
-                        // (inside the padded `h`); the block's `p` and accumulators.
-                        unsafe {
-                            rank_update::<S, MR, NV>(
-                                s,
-                                p_tile.add(m * MR * nr),
-                                nr,
-                                keys,
-                                h.add(j0 * w + e + c0),
-                                w,
-                                o_acc.add(m * MR * e_pad + c0),
-                                e_pad,
-                                Some(&alphas[m]),
-                            )
-                        };
-                    }
-                    c0 += nr;
-                }
-            }
-            for r in 0..rows {
-                // Softmax-plus divides by the row's sum here; relu² needs nothing.
-                let norm = s.splat(if c.softmax_plus.is_some() {
-                    states[r / MR].inv_sum(s, r % MR)
-                } else {
-                    1.0
-                });
-                let mut col = 0;
-                while col < e {
-                    let count = (e - col).min(lanes);
-                    // SAFETY: row `i0 + r < T` of U (in `h`) and of the accumulators.
-                    unsafe {
-                        let u = h.add((i0 + r) * w + col);
-                        let av = s.mul(s.load(o_acc.add(r * e_pad + col)), norm);
-                        let g = s.mul(load_n(s, u, count), av);
-                        store_n(s, u, count, g);
-                    }
-                    col += count;
-                }
-            }
-            i0 += rows;
-        }
-
-        // 4. O = G·W_o + b_o, with G over U's columns of `h`.
-        // SAFETY: `h` holds `T` rows of stride `2e+s` whose first `e` columns are G; the output
-        // of batch `b` holds `T·d` floats.
-        unsafe {
-            let mut epi = Output {
-                out: c.out.add(b * t * d),
-                ldo: d,
-                bias: c.b_out,
-            };
-            gemm::<S, MR, NV>(s, h, w, t, e, w_out_p, d, &mut epi);
-        }
+    // O = G·W_o + b_o for the rows, with G over U's columns of `h`.
+    // SAFETY: `h` holds `T` rows of stride `2e+s` whose first `e` columns are G, rows `span`
+    // of them gated above; the output of batch `b` holds `T·d` floats.
+    unsafe {
+        let mut epi = Output {
+            out: c.out.add((b * t + span.start) * d),
+            ldo: d,
+            bias: c.b_out,
+        };
+        gemm::<S, MR, NV>(s, h.add(span.start * w), w, span.len(), e, r.w_out, d, &mut epi);
     }
 }
 

@@ -67,7 +67,7 @@ use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
 use crate::isa::Isa;
 use crate::parallel::Split;
-use body::GauCall;
+use body::{GauCall, Phase};
 pub use options::{GauAttention, GauOptions, GauShape, GauWeights, Normalizer, Rope, ScoreScale};
 
 /// The weights of a GAU packed once for the kernels of one ISA, by
@@ -311,19 +311,50 @@ impl Kernels {
             workspace: std::ptr::null_mut(),
             slot: ws_len,
             batches: (0, batch),
+            phase: Phase::All,
+            rows: (0, t),
+            blocks: std::ptr::null_mut(),
+            block: body::block_len(shape).unwrap_or(0),
             packed,
         };
-        let total = ws_len
-            .checked_mul(self.parts(batch, call.grain()))
-            .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
+        // Split over sequences; where they are fewer than the threads, over blocks of rows
+        // within each sequence, if that makes more parts.
+        let by_batch = self.parts(batch, call.grain());
+        let attend = GauCall {
+            phase: Phase::Attend(0),
+            ..call
+        };
+        let within = self.parts(attend.units(), attend.grain());
+        let phased = within > by_batch;
+        let total = if phased {
+            (within - 1)
+                .checked_mul(call.block)
+                .and_then(|blocks| blocks.checked_add(ws_len))
+        } else {
+            ws_len.checked_mul(by_batch)
+        }
+        .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
         if workspace.buf.len() < total {
             workspace.buf.resize(total, 0.0);
         }
         call.workspace = workspace.buf.as_mut_ptr();
-        // SAFETY: every pointer covers the length its shape gives (checked above), the
-        // workspace holds `workspace_len` floats, the RoPE table `T·s` when RoPE is on, and
-        // `out` is an exclusive borrow.
-        unsafe { self.run_gau(E::typed(call)) };
+        let go = |phase| {
+            // SAFETY: every pointer covers the length its shape gives (checked above), the
+            // workspace holds `workspace_len` floats and a block region for each part after
+            // the first, the RoPE table `T·s` when RoPE is on, and `out` is an exclusive
+            // borrow; the phases of a sequence run in order.
+            unsafe { self.run_gau(E::typed(GauCall { phase, ..call })) }
+        };
+        if phased {
+            go(Phase::Weights);
+            for b in 0..batch {
+                go(Phase::Project(b));
+                go(Phase::Keys(b));
+                go(Phase::Attend(b));
+            }
+        } else {
+            go(Phase::All);
+        }
         Ok(())
     }
 
