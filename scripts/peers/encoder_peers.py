@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Side-by-side single-thread speed of the all-MiniLM-L6-v2 encoder: PyTorch, ONNX Runtime, ours.
+"""Side-by-side speed of the all-MiniLM-L6-v2 encoder: PyTorch, ONNX Runtime, ours.
 
-Contenders, all float32, one thread, the same synthetic token ids (attention mask all ones):
+Contenders, all float32, on --threads N threads (default 1: torch.set_num_threads, ORT's
+intra-op threads, our --threads), the same synthetic token ids (attention mask all ones):
   pytorch           transformers' BertModel (no pooler, its default SDPA attention) in eager
                     mode under torch.inference_mode(), then mean pooling and L2 normalization;
   onnxruntime       the same module exported with torch.onnx.export (TorchScript exporter,
@@ -19,13 +20,26 @@ Setup: python3 -m venv "$VENV" && "$VENV/bin/pip" install -r scripts/peers/requi
 Run from the repository root, with no build or other benchmark running:
        dir=$(scripts/fetch-minilm.sh)
        "$VENV/bin/python" scripts/peers/encoder_peers.py "$dir" \\
-           [--rust-cmd "target/release/embed-bench $dir"] [--json]
+           [--rust-cmd "target/release/embed-bench $dir"] [--threads N] [--json]
 """
 
 import os
+import sys
 
+
+def threads_argument(argv):
+    """The value of --threads (1 without it), read before torch loads."""
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return "1"
+
+
+THREADS = threads_argument(sys.argv)
 for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS"):
-    os.environ[var] = "1"  # before torch loads, and inherited by --rust-cmd
+    os.environ[var] = THREADS  # before torch loads, and inherited by --rust-cmd
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
@@ -35,7 +49,6 @@ import json  # noqa: E402
 import shlex  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -119,9 +132,9 @@ def export_onnx(model_dir, workdir):
     return plain, fused
 
 
-def ort_session(path):
+def ort_session(path, threads):
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -153,9 +166,10 @@ class InProcess:
 class Command:
     """The Rust contender: a command line that measures itself and prints sentences/s."""
 
-    def __init__(self, command, batch, tokens):
+    def __init__(self, command, batch, tokens, threads):
         self.name = "rust"
-        self.argv = shlex.split(command) + ["--batch", str(batch), "--tokens", str(tokens)]
+        self.argv = shlex.split(command) + ["--batch", str(batch), "--tokens", str(tokens),
+                                            "--threads", str(threads)]
 
     def warm_up(self, _seconds):
         self.measure()
@@ -172,7 +186,7 @@ class Command:
                      "sentences_per_s as its last line")
 
 
-def contenders(model, sessions, batch, tokens, vocab, rust_cmd):
+def contenders(model, sessions, batch, tokens, vocab, rust_cmd, threads):
     generator = torch.Generator().manual_seed(batch * 1000 + tokens)
     ids = torch.randint(1000, vocab, (batch, tokens), generator=generator)
     mask = torch.ones_like(ids)
@@ -192,7 +206,7 @@ def contenders(model, sessions, batch, tokens, vocab, rust_cmd):
             sys.exit(f"encoder_peers: {contender.name} differs from pytorch by {error:.2e} "
                      f"at {batch} x {tokens}")
     if rust_cmd:
-        found.append(Command(rust_cmd, batch, tokens))
+        found.append(Command(rust_cmd, batch, tokens, threads))
     return found
 
 
@@ -210,14 +224,17 @@ def main():
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=0.25, help="length of a Python repeat")
     parser.add_argument("--rust-cmd", help="command run as CMD --batch B --tokens T")
+    parser.add_argument("--threads", type=int, default=1, help="threads of every contender")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of the table")
     args = parser.parse_args()
+    if args.threads < 1:
+        sys.exit("encoder_peers: --threads must be at least 1")
     if not (args.model_dir / "model.safetensors").is_file():
         sys.exit(f"encoder_peers: no model.safetensors in {args.model_dir}")
     shapes = [tuple(map(int, shape.split("x"))) for shape in args.shapes.split(",")]
 
     keep_freed_memory()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     transformers_logging.set_verbosity_error()  # not the unused pooler weights' report
     transformers_logging.disable_progress_bar()
@@ -226,16 +243,18 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         print("exporting to ONNX...", file=sys.stderr)
         plain, fused = export_onnx(args.model_dir, Path(workdir))
-        sessions = {"onnxruntime": ort_session(plain), "onnxruntime-bert": ort_session(fused)}
+        sessions = {"onnxruntime": ort_session(plain, args.threads),
+                    "onnxruntime-bert": ort_session(fused, args.threads)}
 
     cpu = cpu_name()
     if not args.json:
-        print(f"all-MiniLM-L6-v2 encoder, float32, 1 thread, {args.repeats} repeats, {cpu}; "
+        print(f"all-MiniLM-L6-v2 encoder, float32, {args.threads} thread(s), {args.repeats} repeats, {cpu}; "
               f"torch {torch.__version__}, onnxruntime {ort.__version__}")
         print(f"{'batch x tokens':>14}  {'contender':<16} {'sentences/s':>11}  "
               f"{'(min - max)':<17} {'GFLOP/s':>7}  x {REFERENCE}")
     for batch, tokens in shapes:
-        runners = contenders(model, sessions, batch, tokens, config.vocab_size, args.rust_cmd)
+        runners = contenders(model, sessions, batch, tokens, config.vocab_size, args.rust_cmd,
+                             args.threads)
         print(f"{batch} x {tokens}: warming up...", file=sys.stderr)
         for runner in runners:
             runner.warm_up(args.seconds)
@@ -250,6 +269,7 @@ def main():
             ratio = statistics.median(v / r for v, r in zip(values, rates[REFERENCE]))
             row = {"bench": "encoder", "model": "all-MiniLM-L6-v2", "cpu": cpu,
                    "contender": name, "batch": batch, "tokens": tokens, "repeats": len(values),
+                   "threads": args.threads,
                    "sentences_per_s": median, "min": min(values), "max": max(values),
                    "gflops": median / batch * flops / 1e9, f"ratio_to_{REFERENCE}": ratio}
             if args.json:
