@@ -2,7 +2,7 @@
 
 mod common;
 
-use kernels::{available_isas, best_isa, last_level_cache, Error, Isa, Kernels, Stores};
+use kernels::{available_isas, best_isa, last_level_cache, Error, Isa, Kernels, Parallelism, Stores};
 
 /// Paths that are silently never dispatched hide bugs: every ISA the CPU has (read from
 /// `/proc/cpuinfo`, not from the crate's detection) must be available, hence exercised by the
@@ -77,6 +77,25 @@ fn kernels_isa_override() {
     assert_eq!(Kernels::from_env().unwrap().isa(), best_isa());
     std::env::remove_var("KERNELS_ISA");
     assert_eq!(Kernels::from_env().unwrap().isa(), best_isa());
+
+    // `KERNELS_THREADS` likewise: unset, empty or 1 for sequential, a count (0: the whole
+    // pool) with the rayon feature, anything else an error naming it.
+    let parallelism = || Kernels::from_env().map(|k| k.parallelism());
+    assert_eq!(parallelism().unwrap(), Parallelism::Sequential);
+    std::env::set_var("KERNELS_THREADS", " 1 ");
+    assert_eq!(parallelism().unwrap(), Parallelism::Sequential);
+    #[cfg(feature = "rayon")]
+    {
+        std::env::set_var("KERNELS_THREADS", "3");
+        assert_eq!(parallelism().unwrap(), Parallelism::Rayon(3));
+        std::env::set_var("KERNELS_THREADS", "0");
+        assert_eq!(parallelism().unwrap(), Parallelism::Rayon(0));
+    }
+    std::env::set_var("KERNELS_THREADS", "many");
+    assert_eq!(parallelism().unwrap_err().arg(), Some("KERNELS_THREADS"));
+    std::env::set_var("KERNELS_THREADS", "");
+    assert_eq!(parallelism().unwrap(), Parallelism::Sequential);
+    std::env::remove_var("KERNELS_THREADS");
 }
 
 #[test]
