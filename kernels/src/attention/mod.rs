@@ -83,6 +83,11 @@
 //! Heads of 32 use only the vectors they need: `V` rows are padded to whole vectors, and a
 //! `p·V` tile narrower than the register tile runs a narrower micro-kernel. Measured figures,
 //! against the same-run FMA peak and the unfused composition, are in `benches/records/`.
+//!
+//! Split over threads ([`Kernels::with_parallelism`]), the units of work are `(b, kv head)`
+//! pairs, and, where those are fewer than the threads, chunks of each head's query rows, a
+//! multiple of 48 rows (whole blocks of every ISA's `MR`, so every row is computed as on one
+//! thread); each part packs the K and V of its heads in a workspace slot of its own.
 
 mod flash;
 mod options;

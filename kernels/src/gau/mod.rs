@@ -58,6 +58,12 @@
 //!    exists;
 //! 3. the gate `U ⊙ A·V` as the block's epilogue, written over `U`;
 //! 4. `(U ⊙ A·V)·W_o` with `b_o` added to the tile before it is stored.
+//!
+//! Split over threads ([`Kernels::with_parallelism`]), a call goes by sequences, each part
+//! with a workspace slot of its own; with fewer sequences than threads, each sequence goes by
+//! blocks of 96 rows instead: step 1 split over them, the keys packed on the calling thread,
+//! steps 2–4 split over them (each part with its own block accumulators). 96 rows are whole
+//! blocks of every ISA's `8·MR` rows, so every row is computed as on one thread.
 
 mod body;
 mod options;
