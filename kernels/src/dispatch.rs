@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use crate::error::Error;
 use crate::isa::{best_isa, missing_features, Isa};
-use crate::parallel::Parallelism;
+use crate::parallelism::Parallelism;
 use crate::simd::Simd;
 use crate::stores::{Caches, Stores};
 

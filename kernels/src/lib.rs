@@ -115,6 +115,7 @@ pub mod linear;
 mod math;
 pub mod norm;
 mod parallel;
+mod parallelism;
 mod simd;
 pub mod softmax;
 mod stores;
@@ -146,6 +147,6 @@ pub use norm::{
     layer_norm_with_stats, rms_norm, rms_norm_inplace, AddNorm, BatchNormOptions, LayerNormOptions, Residual,
     RmsNormOptions, RowStats,
 };
-pub use parallel::Parallelism;
+pub use parallelism::Parallelism;
 pub use softmax::{log_softmax, log_softmax_inplace, softmax, softmax_inplace, MaskedRows, SoftmaxOptions};
 pub use stores::{last_level_cache, level2_cache, Caches, Stores};
