@@ -111,9 +111,10 @@ fn softmax_of<E: Element>(k: Kernels, x: &[f32]) {
     });
 }
 
-// Long rows too: 67 rows of 4099 (the by-columns walk), 7 parts of 9 or 10 rows.
-const LONG_ROWS: usize = 67;
-const LONG: usize = 4099;
+// Long rows too: 32 rows of 4096, a working set of at most 1 MiB, which LayerNorm walks by
+// columns; two grains of rows, so 2 parts of 16.
+const LONG_ROWS: usize = 32;
+const LONG: usize = 4096;
 
 #[test]
 fn norms() {
