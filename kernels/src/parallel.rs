@@ -36,6 +36,25 @@ pub(crate) trait Split: Op<Output = ()> + Copy {
     unsafe fn part(&self, units: Range<usize>, index: usize) -> Self;
 }
 
+/// `p` advanced by `count` elements; null (an operand the call does not have) stays null.
+pub(crate) fn advance<T>(p: *const T, count: usize) -> *const T {
+    if p.is_null() {
+        p
+    } else {
+        p.wrapping_add(count)
+    }
+}
+
+/// [`advance`] for a pointer to an output.
+pub(crate) fn advance_mut<T>(p: *mut T, count: usize) -> *mut T {
+    advance(p.cast_const(), count).cast_mut()
+}
+
+/// The units `units` of a call's own units `of`, as the units of a part.
+pub(crate) fn within(of: (usize, usize), units: Range<usize>) -> (usize, usize) {
+    (of.0 + units.start, of.0 + units.end)
+}
+
 /// An op moved to the threads of a pool. Its pointers are to data the call borrows for its
 /// whole duration, and its parts touch disjoint outputs.
 struct Shared<O>(O);

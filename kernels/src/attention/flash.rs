@@ -21,7 +21,7 @@ use crate::element::Element;
 use crate::gemm::{assert_tile_fits, pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
-use crate::parallel::Split;
+use crate::parallel::{within, Split};
 use crate::simd::{Simd, TileOp};
 use crate::softmax::MaskedRows;
 
@@ -118,7 +118,7 @@ impl<E: Element> Split for AttentionCall<E> {
 
     unsafe fn part(&self, units: Range<usize>, index: usize) -> Self {
         AttentionCall {
-            units: (self.units.0 + units.start, self.units.0 + units.end),
+            units: within(self.units, units),
             workspace: self.workspace.wrapping_add(index * self.slot),
             ..*self
         }

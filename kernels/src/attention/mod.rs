@@ -101,8 +101,8 @@ pub use options::{AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape,
 
 /// Reusable scratch memory of [`Kernels::attention`]: packed K and V of one head and the
 /// running state of one block of query rows, once per part of a call split over threads. It
-/// grows to the largest call it has served and
-/// is never shrunk, so a long-lived workspace makes every call allocation-free.
+/// grows to the largest call it has served and is never shrunk, so a long-lived workspace
+/// makes every call allocation-free.
 #[derive(Debug, Default, Clone)]
 pub struct AttentionWorkspace {
     buf: Vec<f32>,

@@ -14,7 +14,7 @@ use crate::gemm::{
 use crate::math::activation::swish;
 use crate::math::exp::exp_nonpositive;
 use crate::math::Identity;
-use crate::parallel::Split;
+use crate::parallel::{within, Split};
 use crate::simd::{Simd, TileOp};
 
 /// A validated GAU call: every pointer covers what the shape gives, the workspace holds
@@ -129,7 +129,7 @@ impl<E: Element> Split for GauCall<E> {
     unsafe fn part(&self, units: Range<usize>, index: usize) -> Self {
         match self.phase {
             Phase::All => GauCall {
-                batches: (self.batches.0 + units.start, self.batches.0 + units.end),
+                batches: within(self.batches, units),
                 workspace: self.workspace.wrapping_add(index * self.slot),
                 ..*self
             },
@@ -389,14 +389,14 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &G
     unsafe {
         match c.phase {
             Phase::All => {
-                pack_weights::<S, E, NV>(s, c);
+                pack_weights::<S, E, NV>(s, c, &layout);
                 for b in c.batches.0..c.batches.1 {
                     project::<S, E, MR, NV>(s, c, &r, b, 0..t);
                     pack_keys::<S, E, NV>(s, c, &r, b);
                     attend::<S, E, MR, NV>(s, c, &r, b, 0..t);
                 }
             }
-            Phase::Weights => pack_weights::<S, E, NV>(s, c),
+            Phase::Weights => pack_weights::<S, E, NV>(s, c, &layout),
             Phase::Project(b) => project::<S, E, MR, NV>(s, c, &r, b, c.rows.0..c.rows.1),
             Phase::Keys(b) => pack_keys::<S, E, NV>(s, c, &r, b),
             Phase::Attend(b) => attend::<S, E, MR, NV>(s, c, &r, b, c.rows.0..c.rows.1),
@@ -407,9 +407,9 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &G
 /// Packs `W_in` and `W_out` into the slot's panels, unless they come packed.
 ///
 /// # Safety
-/// As [`GauCall`].
+/// As [`GauCall`]; `layout` is the call's.
 #[inline(always)]
-unsafe fn pack_weights<S: Simd, E: Element, const NV: usize>(s: S, c: &GauCall<E>) {
+unsafe fn pack_weights<S: Simd, E: Element, const NV: usize>(s: S, c: &GauCall<E>, layout: &Layout) {
     if c.packed {
         return;
     }
@@ -420,7 +420,6 @@ unsafe fn pack_weights<S: Simd, E: Element, const NV: usize>(s: S, c: &GauCall<E
         ..
     } = c.shape;
     let (w, nr) = (2 * e + sd, NV * S::LANES);
-    let layout = Layout::new(&c.shape, !E::IS_F32, c.packed).expect("validated");
     debug_assert!(packed_len(d, w, nr) <= layout.w_in && packed_len(e, d, nr) <= layout.w_out);
     // SAFETY: the weights have the validated shapes; the packed regions are large enough.
     unsafe {

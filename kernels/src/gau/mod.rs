@@ -281,8 +281,9 @@ impl Kernels {
         if opts.rope.is_some() && s % 2 != 0 {
             return Err(Error::shape("shape.qk_dim", "an even width for RoPE", s));
         }
-        let ws_len = body::workspace_len(shape, !E::IS_F32, packed)
-            .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
+        let too_large = || Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}"));
+        let ws_len = body::workspace_len(shape, !E::IS_F32, packed).ok_or_else(too_large)?;
+        let block = body::block_len(shape).ok_or_else(too_large)?;
         if batch == 0 || t == 0 {
             return Ok(());
         }
@@ -320,7 +321,7 @@ impl Kernels {
             phase: Phase::All,
             rows: (0, t),
             blocks: std::ptr::null_mut(),
-            block: body::block_len(shape).unwrap_or(0),
+            block,
             packed,
         };
         // Split over sequences; where they are fewer than the threads, over blocks of rows
@@ -334,12 +335,12 @@ impl Kernels {
         let phased = within > by_batch;
         let total = if phased {
             (within - 1)
-                .checked_mul(call.block)
+                .checked_mul(block)
                 .and_then(|blocks| blocks.checked_add(ws_len))
         } else {
             ws_len.checked_mul(by_batch)
         }
-        .ok_or_else(|| Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}")))?;
+        .ok_or_else(too_large)?;
         if workspace.buf.len() < total {
             workspace.buf.resize(total, 0.0);
         }

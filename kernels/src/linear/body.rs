@@ -10,7 +10,7 @@ use crate::gemm::{assert_tile_fits, store_n, MAX_MR, MAX_NR};
 use crate::math::activation::swish;
 use crate::math::gelu::{gelu, gelu_tanh};
 use crate::math::Identity;
-use crate::parallel::Split;
+use crate::parallel::{advance, advance_mut, Split};
 use crate::simd::{Simd, TileOp};
 
 /// Weights packed into panels of the tile's `NR` columns, zero past `out_features`:
@@ -109,11 +109,10 @@ impl<E: Element> Split for LinearCall<E> {
     unsafe fn part(&self, units: Range<usize>, _: usize) -> Self {
         if self.split_rows {
             let (r0, r1) = (units.start * ROW_UNIT, (units.end * ROW_UNIT).min(self.m));
-            let rows = |p: *const E, width: usize| if p.is_null() { p } else { p.wrapping_add(r0 * width) };
             LinearCall {
-                x: rows(self.x, self.k),
-                residual: rows(self.residual, self.n),
-                out: rows(self.out.cast_const(), self.n).cast_mut(),
+                x: advance(self.x, r0 * self.k),
+                residual: advance(self.residual, r0 * self.n),
+                out: advance_mut(self.out, r0 * self.n),
                 m: r1 - r0,
                 ..*self
             }

@@ -25,7 +25,7 @@ use super::stats::{
 use crate::dispatch::Kernels;
 use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
-use crate::parallel::{Split, GRAIN_ELEMENTS};
+use crate::parallel::{within, Split, GRAIN_ELEMENTS};
 use crate::simd::Simd;
 
 /// Options of [`batch_norm`](crate::batch_norm()) and
@@ -88,7 +88,7 @@ impl<E: Element> Split for BatchNormCall<E> {
 
     unsafe fn part(&self, channels: Range<usize>, _: usize) -> Self {
         BatchNormCall {
-            channels: (self.channels.0 + channels.start, self.channels.0 + channels.end),
+            channels: within(self.channels, channels),
             ..*self
         }
     }

@@ -2,6 +2,7 @@
 //! from.
 
 use crate::error::Error;
+use crate::parallel::{advance, advance_mut};
 
 /// The residual add in front of the norm of [`add_layer_norm`](crate::add_layer_norm()) and
 /// [`add_rms_norm`](crate::add_rms_norm()): `h = α·x + (r + b)`.
@@ -81,22 +82,14 @@ impl<E> NormCall<E> {
     /// The call over rows `rows` alone: the same plan (walk, stores, prefetch), so every row
     /// gets the bits it gets in the whole call.
     pub(crate) fn rows(&self, rows: std::ops::Range<usize>) -> NormCall<E> {
-        let at = |p: *const E| {
-            if p.is_null() {
-                p
-            } else {
-                p.wrapping_add(rows.start * self.d)
-            }
-        };
-        let at_mut = |p: *mut E| at(p.cast_const()).cast_mut();
-        let stat = |p: *mut f32| if p.is_null() { p } else { p.wrapping_add(rows.start) };
+        let skip = rows.start * self.d;
         NormCall {
-            x: at(self.x),
-            r: at(self.r),
-            h: at_mut(self.h),
-            y: at_mut(self.y),
-            mean: stat(self.mean),
-            rstd: stat(self.rstd),
+            x: advance(self.x, skip),
+            r: advance(self.r, skip),
+            h: advance_mut(self.h, skip),
+            y: advance_mut(self.y, skip),
+            mean: advance_mut(self.mean, rows.start),
+            rstd: advance_mut(self.rstd, rows.start),
             rows: rows.len(),
             ..*self
         }
