@@ -53,7 +53,7 @@ use kernels::{AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspac
 use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
-use super::{Family, Headline, Plan, ReportError};
+use super::{no_cases, Family, Headline, Plan, ReportError};
 use crate::buffers::Staggered;
 use crate::composed::{Composition, Gemm, RowSoftmax};
 use crate::data;
@@ -82,10 +82,6 @@ pub const LONG_ROUNDS: usize = 7;
 const SAMPLE_ROWS: usize = 16;
 /// A composition whose sampled error exceeds this is wrong, not imprecise.
 const COMPOSITION_TOLERANCE: f64 = 1e-3;
-
-fn no_cases(_: &Plan) -> Vec<super::Case> {
-    Vec::new()
-}
 
 /// The options an attention case exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

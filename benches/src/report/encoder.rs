@@ -30,7 +30,7 @@ use super::accuracy::normwise;
 use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
-use super::{Family, Headline, Plan, ReportError};
+use super::{no_cases, Family, Headline, Plan, ReportError};
 use crate::composed::Gemm;
 use crate::data;
 use crate::roofline::{self, FMA_ITERS};
@@ -63,10 +63,6 @@ const LONG_ROUNDS: usize = 7;
 const PROFILED: usize = 3;
 /// How far the two compositions may disagree (normwise) where the f64 stack is not run.
 const AGREE: f64 = 1e-4;
-
-fn no_cases(_: &Plan) -> Vec<super::Case> {
-    Vec::new()
-}
 
 fn custom(plan: &Plan) -> Vec<Custom> {
     plan.pick(&SHAPES, &SHAPES, &QUICK)

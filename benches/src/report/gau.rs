@@ -27,10 +27,10 @@ use std::time::Instant;
 use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels, PackedGauWeights};
 
 use super::accuracy::normwise;
-use super::case::{fma_call_flops, fma_ratio, Case, Context, Custom};
+use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
-use super::{Family, Headline, Plan, ReportError, Scope};
+use super::{no_cases, Family, Headline, Plan, ReportError, Scope};
 use crate::composed::Gemm;
 use crate::data;
 use crate::roofline::{self, FMA_ITERS};
@@ -57,10 +57,6 @@ const SMALL_LEN: usize = 256;
 const LONG_ROUNDS: usize = 9;
 /// The composition's normwise difference from the kernel above which it is wrong.
 const COMPOSITION_TOLERANCE: f64 = 1e-3;
-
-fn no_cases(_: &Plan) -> Vec<Case> {
-    Vec::new()
-}
 
 fn shape_name(len: usize, causal: bool) -> String {
     format!("T={len} {}", if causal { "causal" } else { "dense" })

@@ -39,10 +39,10 @@ use std::ops::Range;
 use kernels::{Activation, Isa, Kernels, LinearOptions, LinearWeights, PackedLinear, WeightLayout, WeightType};
 
 use super::accuracy::normwise;
-use super::case::{fma_call_flops, fma_ratio, Case, Context, Custom};
+use super::case::{fma_call_flops, fma_ratio, Context, Custom};
 use super::output::Row;
 use super::timing::{self, Timing};
-use super::{Family, Headline, Plan, ReportError};
+use super::{no_cases, Family, Headline, Plan, ReportError};
 use crate::buffers::Pair;
 use crate::composed::Gemm;
 use crate::data;
@@ -88,10 +88,6 @@ pub const SCALAR_MAX_FLOPS: f64 = 2e8;
 const CHECKED_ROWS: usize = 16;
 /// Rounds where a call of the largest contender takes tens of milliseconds (M = 1024).
 const LONG_ROUNDS: usize = 9;
-
-fn no_cases(_: &Plan) -> Vec<Case> {
-    Vec::new()
-}
 
 /// The shape as printed: `MxK→N`, ` gelu` where the layer has it, ` bf16w` for bf16 weights.
 pub fn shape_name(m: usize, (k, n, gelu): Layer, ty: WeightType) -> String {

@@ -71,6 +71,11 @@ pub fn no_custom(_: &Plan) -> Vec<Custom> {
     Vec::new()
 }
 
+/// For a family with only [`Custom`] cases.
+pub fn no_cases(_: &Plan) -> Vec<Case> {
+    Vec::new()
+}
+
 /// Every family of the report, in printing order. Add a line here to add a kernel's rows.
 pub const FAMILIES: &[Family] = &[
     softmax::FAMILY,

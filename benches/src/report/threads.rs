@@ -26,7 +26,7 @@ use kernels::{
 use super::case::{Context, Custom};
 use super::output::{self, Row};
 use super::timing::{self, Timing};
-use super::{encoder, Family, Plan, ReportError};
+use super::{encoder, no_cases, Family, Plan, ReportError};
 use crate::data;
 use crate::roofline::{self, Stores};
 
@@ -40,10 +40,6 @@ pub const FAMILY: Family = Family {
     custom,
     headlines: &[],
 };
-
-fn no_cases(_: &Plan) -> Vec<super::Case> {
-    Vec::new()
-}
 
 /// One call of a row: runs the kernel with `k`, and returns its output's bits when asked
 /// (outside the timing: the copy would weigh on the small rows).
