@@ -367,6 +367,81 @@ fn larger_shapes_match_oracle() {
     }
 }
 
+/// The bound catches plausible mistakes: a kernel run with its score scale off by 10⁻³, its
+/// normalizer off by one or by 10⁻³, or one of its biases dropped fails `check_gau` against the
+/// true options on every ISA, where the true options pass. The query and key gains are doubled
+/// so that the scores spread a few units, as a trained model's do: a nearly uniform softmax
+/// barely depends on its scale, and no rounding bound could see that mistake there.
+#[test]
+fn bound_fails_a_wrong_scale_normalizer_or_bias() {
+    let shape = GauShape {
+        batch: 2,
+        seq_len: 150,
+        dim: 40,
+        expand: 72,
+        qk_dim: 24,
+    };
+    let t = shape.seq_len as f32;
+    for (causal, rope, attention) in [
+        (false, None, GauAttention::Relu2),
+        (true, Some(Rope::HalfSplit), GauAttention::Relu2),
+        (true, Some(Rope::Interleaved), GauAttention::SoftmaxPlus { min_len: 16 }),
+        (false, Some(Rope::HalfSplit), GauAttention::SoftmaxPlus { min_len: 150 }),
+    ] {
+        let mut c = Case::new(shape, 11);
+        for g in c.gq.iter_mut().chain(c.gk.iter_mut()) {
+            *g *= 2.0;
+        }
+        c.causal = causal;
+        c.rope = rope;
+        c.attention = attention;
+        c.key_lengths = Some(vec![150, 101]);
+        c.bias = Some((0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect());
+        let mutant = |what: &'static str, change: &dyn Fn(&mut Case)| {
+            let mut m = c.clone();
+            change(&mut m);
+            (what, m)
+        };
+        let scale = 1.0 / (shape.qk_dim as f32).sqrt();
+        let mut mutants = vec![
+            mutant("scale × (1 + 10⁻³)", &|m| {
+                m.scale = ScoreScale::Value(scale * 1.001)
+            }),
+            mutant("no input bias", &|m| m.b_in = None),
+            mutant("no score bias", &|m| m.bias = None),
+            mutant("no output bias", &|m| m.b_out = None),
+        ];
+        match attention {
+            GauAttention::Relu2 => {
+                mutants.push(mutant("l = T + 1", &|m| m.normalizer = Normalizer::Value(t + 1.0)));
+                mutants.push(mutant("l = T·(1 + 10⁻³)", &|m| {
+                    m.normalizer = Normalizer::Value(t * 1.001)
+                }));
+            }
+            // Every row's length factor is that of `min_len = T`: one more key changes it by
+            // 1.3·10⁻³.
+            GauAttention::SoftmaxPlus { min_len: 150 } => {
+                mutants.push(mutant("length + 1", &|m| {
+                    m.attention = GauAttention::SoftmaxPlus { min_len: 151 }
+                }));
+            }
+            GauAttention::SoftmaxPlus { .. } => {}
+        }
+        let mut ws = GauWorkspace::new();
+        for k in all_kernels() {
+            c.check(&k, &c.run(&k, &mut ws)).unwrap();
+            for (what, m) in &mutants {
+                let out = m.run(&k, &mut ws);
+                assert!(
+                    c.check(&k, &out).is_err(),
+                    "{}, {attention:?}, causal {causal}: the bound lets {what} through",
+                    k.isa()
+                );
+            }
+        }
+    }
+}
+
 /// Tile-sized shapes with f16 and bf16 storage: within the oracle's bound plus one rounding,
 /// and the f32 kernel rounded once, bit for bit.
 #[test]

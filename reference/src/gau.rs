@@ -120,6 +120,82 @@ fn dot(n: usize, a: impl Fn(usize) -> (f64, f64), b: impl Fn(usize) -> (f64, f64
     (v, err + (n as f64 + 2.0) * U * mag + (n as f64 + 2.0) * SUB)
 }
 
+/// `(value, error)` of the gate `U ⊙ (A·V)` from its inputs' values and errors.
+fn gate((u, ue): (f64, f64), (av, ae): (f64, f64)) -> (f64, f64) {
+    let gv = u * av;
+    (gv, u.abs() * ae + ue * av.abs() + ue * ae + U * gv.abs() + SUB)
+}
+
+/// One row of softmax-plus's weights with their error terms, for [`SoftmaxRow::av`].
+struct SoftmaxRow {
+    /// `(j, w_j, e_j, softmax rounding of w_j)` for each allowed key.
+    keys: Vec<(usize, f64, f64, f64)>,
+    /// The relative remainder beyond first order, `ρ`.
+    rest: f64,
+    /// `e^(2E)`: how far any weight may grow.
+    grow: f64,
+    /// `T + 2` roundings of the `A·V` sum.
+    sum: f64,
+}
+
+impl SoftmaxRow {
+    /// The weights of a row from its scores `(S_j, error)` (−∞ for a masked key) and its
+    /// length factor `f` (already rounded to f32).
+    ///
+    /// With `z_j = f·S_j` the kernel's weights are `exp(z_j + ε_j)/Σ_k exp(z_k + ε_k)` for
+    /// score errors `|ε_j| ≤ e_j = f·err(S_j) + 2u·|z_j|` (the product and the rounded
+    /// factor). As `Σ_j w_j = 1` whatever the `ε`, an output `Σ_j w_j·v_j` moves by
+    /// `Σ_j (w̃_j − w_j)·(v_j − o)`, `o` the exact output; to first order
+    /// `w̃_j − w_j = w_j·(ε_j − Σ_k w_k·ε_k)`, and the second term adds `Σ_j w_j·(v_j − o) = 0`.
+    /// So the score errors cost `Σ_j w_j·e_j·|v_j − o|`: a shift common to a row's scores
+    /// costs nothing, nor does a key whose value is the row's output, where bounding each
+    /// weight alone (`2·max e` relative) costs several times more and lets a wrong scale
+    /// through. Beyond first order a weight moves by at most `ρ = (e^E − 1 − E) +
+    /// 2·sinh E·(e^E − 1)·e^E` relative, `E = max e_j`. The softmax's own roundings (the
+    /// subtraction of the max, `exp` to 2 ulp, the rescales, the `T`-term sums and the
+    /// division) do not depend on the scores: `(|z_j − m| + 3T + 16)·u` relative per weight,
+    /// costing `|v_j|`, as does the `A·V` sum with `(T + 2)·u`.
+    fn new(sc: &[(f64, f64)], f: f64, t: usize) -> SoftmaxRow {
+        // Masked keys stay −∞ (with f = 0, −∞·f would be NaN).
+        let z: Vec<f64> = sc
+            .iter()
+            .map(|&(sv, _)| if sv == f64::NEG_INFINITY { sv } else { sv * f })
+            .collect();
+        let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let allowed = || (0..z.len()).filter(|&j| z[j] > f64::NEG_INFINITY);
+        let d: f64 = allowed().map(|j| (z[j] - m).exp()).sum();
+        let keys: Vec<_> = allowed()
+            .map(|j| {
+                let rounding = ((z[j] - m).abs() + 3.0 * t as f64 + 16.0) * U;
+                (j, (z[j] - m).exp() / d, f * sc[j].1 + 2.0 * U * z[j].abs(), rounding)
+            })
+            .collect();
+        let big = keys.iter().map(|k| k.2).fold(0.0, f64::max);
+        SoftmaxRow {
+            keys,
+            rest: big.exp_m1() - big + 2.0 * big.sinh() * big.exp_m1() * big.exp(),
+            grow: (2.0 * big).exp(),
+            sum: (t as f64 + 2.0) * U,
+        }
+    }
+
+    /// `(value, error)` of `Σ_j w_j·v_j` for a column `v` of V with its errors; `(0, 0)` for
+    /// a row without keys.
+    fn av(&self, v: impl Fn(usize) -> (f64, f64)) -> (f64, f64) {
+        let o: f64 = self.keys.iter().map(|&(j, w, ..)| w * v(j).0).sum();
+        let mut bound = 0.0;
+        for &(j, w, e, rounding) in &self.keys {
+            let (vj, ev) = v(j);
+            let grow = self.grow * (1.0 + rounding);
+            bound += w * (e + self.rest) * (vj - o).abs()
+                + w * (rounding * self.grow + self.sum * grow) * vj.abs()
+                + w * grow * ev
+                + 2.0 * SUB;
+        }
+        (o, bound)
+    }
+}
+
 /// The GAU in f64:
 ///
 /// ```text
@@ -135,7 +211,15 @@ fn dot(n: usize, a: impl Fn(usize) -> (f64, f64), b: impl Fn(usize) -> (f64, f64
 /// length `n` errs by `(n + 2)·u` of its magnitude plus what its inputs carry; swish by 6u
 /// relative (3 ulp) plus its slope times its input's error; `relu²/l` by 3u relative plus
 /// `(2·relu(S) + ε)·ε/l` for a score error ε; RoPE's rotation by 4u of its magnitude plus
-/// the rounding of its sines and cosines. Products and sums of subnormals add 2⁻¹⁵⁰ each.
+/// the rounding of its sines and cosines; softmax-plus's `A·V` by its score errors weighted
+/// by how far each key's value is from the row's output (see `SoftmaxRow`), its own roundings
+/// and the errors of V. Products and sums of subnormals add 2⁻¹⁵⁰ each.
+///
+/// The bound is tight enough to catch a relative error of 10⁻³ in the score scale or the
+/// normalizer, or a dropped bias, whenever the output depends on them that much: `relu²/l`
+/// scales with `c²/l`, so a wrong `c` or `l` moves every output coherently; a softmax moves
+/// with its temperature by `δ·Cov_w(z, v)`, which nearly uniform attention (scores spread
+/// well below 1) makes smaller than any rounding bound.
 ///
 /// # Panics
 /// If a slice does not have the length its shape gives.
@@ -219,7 +303,6 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
                 Normalizer::ValidKeys => count.max(1) as f64,
                 Normalizer::Value(v) => v as f64,
             };
-            let mut a = vec![(0.0, 0.0); t];
             // The scores of the allowed keys, with their error bounds.
             let mut sc = vec![(f64::NEG_INFINITY, 0.0); t];
             for (j, sj) in sc.iter_mut().enumerate() {
@@ -236,6 +319,7 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
             }
             match p.softmax_plus {
                 None => {
+                    let mut a = vec![(0.0, 0.0); t];
                     for (aj, &(sv, serr)) in a.iter_mut().zip(&sc) {
                         if sv == f64::NEG_INFINITY {
                             continue;
@@ -244,44 +328,19 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
                         let av = r * r / l;
                         *aj = (av, (2.0 * r + serr) * serr / l.abs() + 3.0 * U * av + 2.0 * SUB);
                     }
-                }
-                Some(min_len) => {
-                    // z = S·f with f = ln(max(n, min_len))/ln 512 rounded once; a perturbation ε of
-                    // the z moves each weight by at most a factor exp(±2·max ε); the softmax
-                    // itself adds the attention kernel's rounding (exp 1 ulp, T-term sums).
-                    let f = count.max(min_len) as f64;
-                    let f = (f.ln() / 512f64.ln()) as f32 as f64;
-                    // Masked keys stay −∞ (with f = 0, −∞·f would be NaN).
-                    let z: Vec<f64> = sc
-                        .iter()
-                        .map(|&(sv, _)| if sv == f64::NEG_INFINITY { sv } else { sv * f })
-                        .collect();
-                    let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    if m > f64::NEG_INFINITY {
-                        let e = sc
-                            .iter()
-                            .zip(&z)
-                            .filter(|(_, zj)| zj.is_finite())
-                            .map(|(&(_, serr), zj)| f * serr + 2.0 * U * zj.abs())
-                            .fold(0.0, f64::max);
-                        let d: f64 = z.iter().map(|&zj| (zj - m).exp()).sum();
-                        for (aj, &zj) in a.iter_mut().zip(&z) {
-                            if zj == f64::NEG_INFINITY {
-                                continue;
-                            }
-                            let w = (zj - m).exp() / d;
-                            let rel =
-                                (1.0 + (2.0 * e).exp_m1()) * (1.0 + ((zj - m).abs() + 3.0 * t as f64 + 16.0) * U) - 1.0;
-                            *aj = (w, w * rel + 2.0 * SUB);
-                        }
+                    for col in 0..e {
+                        let (av, aerr) = dot(t, |j| a[j], |j| h[j * w + e + col], 0.0);
+                        g[i * e + col] = gate(h[i * w + col], (av, aerr));
                     }
                 }
-            }
-            for col in 0..e {
-                let (av, aerr) = dot(t, |j| a[j], |j| h[j * w + e + col], 0.0);
-                let (uu, uerr) = h[i * w + col];
-                let gv = uu * av;
-                g[i * e + col] = (gv, uu.abs() * aerr + uerr * av.abs() + uerr * aerr + U * gv.abs() + SUB);
+                Some(min_len) => {
+                    let f = count.max(min_len) as f64;
+                    let f = (f.ln() / 512f64.ln()) as f32 as f64;
+                    let row = SoftmaxRow::new(&sc, f, t);
+                    for col in 0..e {
+                        g[i * e + col] = gate(h[i * w + col], row.av(|j| h[j * w + e + col]));
+                    }
+                }
             }
         }
         // Output projection.

@@ -40,8 +40,14 @@
 //! follows this algorithm step by step: each dot product of length `n` (the two projections,
 //! `Q·Kᵀ`, `A·V`) errs by `(n + 2)·u` of the sum of its terms' magnitudes plus what its inputs
 //! carry; swish by 3 ulp plus `1.1×` its input's error; `Z⊙γ + β`, the gate, `c`, `1/l`, the
-//! square and the rotations by one rounding each; values below 2⁻¹²⁶ by 2⁻¹²⁶. The tests
-//! enforce `|O − Ô| ≤` that bound on every element and every ISA.
+//! square and the rotations by one rounding each; values below 2⁻¹²⁶ by 2⁻¹²⁶. Softmax-plus's
+//! weights sum to 1 whatever their errors, so a score error `ε_j` moves `A·V` by
+//! `Σ_j w_j·ε_j·(v_j − o)` to first order (`o` the row's output): the bound charges each key
+//! its score error times its value's distance from `o`, plus the softmax's own roundings. The
+//! tests enforce `|O − Ô| ≤` that bound on every element and every ISA, and check that it is
+//! tight enough to fail a kernel whose score scale or normalizer is off by 10⁻³ or that drops
+//! a bias (with scores spread as a trained model's: a nearly uniform softmax barely depends on
+//! its scale).
 //!
 //! # Algorithm
 //!
