@@ -70,7 +70,7 @@ impl GauAlphaWeights {
 fn options(lengths: &[usize]) -> GauOptions<'_> {
     GauOptions {
         key_lengths: Some(lengths),
-        rope: Some(Rope::Interleaved),
+        rope: Some(Rope::INTERLEAVED),
         attention: GauAttention::SoftmaxPlus { min_len: 1 },
         ..GauOptions::default()
     }
@@ -195,8 +195,12 @@ pub fn gau_alpha_f64(
             key_lengths: Some(lengths),
             causal: false,
             bias: None,
-            rope: Some(reference::Rope::Interleaved),
-            softmax_plus: Some(1),
+            rope: Some(reference::Rope {
+                pairs: reference::RopePairs::Interleaved,
+                width: config.qk_dim,
+                base: 10000.0,
+            }),
+            attention: reference::Attention::SoftmaxPlus(1),
         };
         let unit = reference::gau(&shape, &x32, &params);
         let unit32: Vec<f32> = unit.out.iter().map(|&v| v as f32).collect();

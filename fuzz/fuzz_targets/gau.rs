@@ -1,18 +1,21 @@
 //! Differential fuzzing of the GAU on every ISA: small shapes, every option, values in
-//! [−4, 4] checked against the oracle's running error bound; then the same call with one raw
+//! [−4, 4] (and −∞ biases) checked against the oracle's running error bound; then the same call with one raw
 //! bit pattern (NaN, ±∞, 1e38, subnormal) injected, where only memory safety is asserted (ASan)
 //! because the bound excludes overflow. Inconsistent lengths must come back as `Err`.
 #![no_main]
 
 use arbitrary::Arbitrary;
-use kernels::{available_isas, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale};
+use kernels::{
+    available_isas, AdditiveMask, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, MaskShape, Normalizer, Rope,
+    RopePairs, ScoreScale,
+};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Debug, Arbitrary)]
 struct Input {
     dims: [u8; 5],
     values: Vec<i16>,
-    options: [u8; 4],
+    options: [u8; 6],
     key_lengths: Vec<u8>,
     causal: bool,
     bias: bool,
@@ -22,8 +25,13 @@ struct Input {
 
 fuzz_target!(|input: Input| {
     let [b, t, d, e, s] = input.dims;
-    let rope = [None, Some(Rope::Interleaved), Some(Rope::HalfSplit)][input.options[0] as usize % 3];
     let s = (s % 10) as usize + 1;
+    // Every pairing, over the whole width or an even part of it, with the usual base or another.
+    let part = 2 * (input.options[5] as usize % (s + 1));
+    let rope = [None, Some(Rope::INTERLEAVED), Some(Rope::HALF_SPLIT)][input.options[0] as usize % 3].map(|r| {
+        let r = if input.options[5] & 0x80 != 0 { r.with_width(part.min(2 * s)) } else { r };
+        if input.options[5] & 0x40 != 0 { r.with_base(500.0) } else { r }
+    });
     let shape = GauShape {
         batch: (b % 3) as usize,
         seq_len: (t % 40) as usize,
@@ -48,7 +56,20 @@ fuzz_target!(|input: Input| {
     let (gq, bq, gk, bk) = (take(qk_dim, 1.0), take(qk_dim, 0.5), take(qk_dim, 1.0), take(qk_dim, 0.5));
     let w_out = take(expand * dim, 1.0 / (expand as f32).sqrt());
     let b_out = take(dim, 0.5);
-    let bias = input.bias.then(|| take(seq_len * seq_len, 0.5));
+    // The bias in each layout; a value below −0.45 becomes −∞ (a masked key).
+    let bias_shape = [MaskShape::Shared, MaskShape::PerBatch, MaskShape::KeyPadding][input.options[4] as usize % 3];
+    let bias_len = match bias_shape {
+        MaskShape::Shared => seq_len * seq_len,
+        MaskShape::KeyPadding => batch * seq_len,
+        _ => batch * seq_len * seq_len,
+    };
+    let bias = input.bias.then(|| {
+        let mut v = take(bias_len, 0.5);
+        if input.options[4] & 0x80 != 0 {
+            v.iter_mut().filter(|x| **x < -0.45).for_each(|x| *x = f32::NEG_INFINITY);
+        }
+        v
+    });
     let lens: Vec<usize> = (0..batch).map(|i| input.key_lengths.get(i).map_or(seq_len, |&l| l as usize % (seq_len + 1))).collect();
     let weights = GauWeights {
         w_in: &w_in,
@@ -67,12 +88,13 @@ fuzz_target!(|input: Input| {
         normalizer,
         key_lengths: (input.options[3] % 2 == 1).then_some(lens.as_slice()),
         causal: input.causal,
-        bias: bias.as_deref(),
+        bias: bias.as_deref().map(|values| AdditiveMask { values, shape: bias_shape }),
         rope,
-        attention: if input.options[3] >= 128 {
-            GauAttention::SoftmaxPlus { min_len: (input.options[0] % 16) as usize + 1 }
-        } else {
-            GauAttention::Relu2
+        attention: match input.options[3] >> 6 {
+            0 => GauAttention::Relu2,
+            1 => GauAttention::Laplace,
+            2 => GauAttention::Softmax,
+            _ => GauAttention::SoftmaxPlus { min_len: (input.options[0] % 16) as usize + 1 },
         },
     };
     let out_len = batch * seq_len * dim;
@@ -99,14 +121,27 @@ fuzz_target!(|input: Input| {
         },
         key_lengths: opts.key_lengths,
         causal: input.causal,
-        bias: bias.as_deref(),
-        rope: rope.map(|r| match r {
-            Rope::Interleaved => reference::Rope::Interleaved,
-            Rope::HalfSplit => reference::Rope::HalfSplit,
+        bias: bias.as_deref().map(|v| {
+            let shape = match bias_shape {
+                MaskShape::Shared => reference::MaskShape::Shared,
+                MaskShape::KeyPadding => reference::MaskShape::KeyPadding,
+                _ => reference::MaskShape::PerBatch,
+            };
+            (v, shape)
         }),
-        softmax_plus: match opts.attention {
-            GauAttention::Relu2 => None,
-            GauAttention::SoftmaxPlus { min_len } => Some(min_len),
+        rope: rope.map(|r| reference::Rope {
+            pairs: match r.pairs {
+                RopePairs::Interleaved => reference::RopePairs::Interleaved,
+                RopePairs::HalfSplit => reference::RopePairs::HalfSplit,
+            },
+            width: r.width.unwrap_or(qk_dim),
+            base: r.base,
+        }),
+        attention: match opts.attention {
+            GauAttention::Relu2 => reference::Attention::Relu2,
+            GauAttention::Laplace => reference::Attention::Laplace,
+            GauAttention::Softmax => reference::Attention::Softmax,
+            GauAttention::SoftmaxPlus { min_len } => reference::Attention::SoftmaxPlus(min_len),
         },
     };
     for isa in available_isas() {

@@ -132,7 +132,8 @@ pub use elementwise::{
 };
 pub use error::Error;
 pub use gau::{
-    gau, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, PackedGauWeights, Rope, ScoreScale,
+    gau, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Normalizer, PackedGauWeights, Rope, RopePairs,
+    ScoreScale,
 };
 /// The `half` crate, whose [`f16`](half::f16) and [`bf16`](half::bf16) are the half storage
 /// types every kernel accepts.

@@ -264,7 +264,7 @@ fn every_kernel(via: Via, rng: &mut Rng, attn_ws: &mut AttentionWorkspace, gau_w
         causal: true,
         bias: None,
         rope: None,
-        softmax_plus: None,
+        attention: reference::Attention::Relu2,
     };
     reference::check_gau(&rshape, &x, &rparams, &out).unwrap_or_else(|m| panic!("{ctx}: gau: {m}"));
 }

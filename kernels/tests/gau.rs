@@ -5,7 +5,8 @@ mod common;
 use common::{all_kernels, same, to_half};
 use kernels::half::{bf16, f16};
 use kernels::{
-    Element, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, Normalizer, Rope, ScoreScale,
+    AdditiveMask, Element, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, MaskShape,
+    Normalizer, Rope, RopePairs, ScoreScale,
 };
 use proptest::prelude::*;
 
@@ -26,7 +27,7 @@ struct Case {
     normalizer: Normalizer,
     key_lengths: Option<Vec<usize>>,
     causal: bool,
-    bias: Option<Vec<f32>>,
+    bias: Option<(Vec<f32>, MaskShape)>,
     rope: Option<Rope>,
     attention: GauAttention,
 }
@@ -94,7 +95,10 @@ impl Case {
             normalizer: self.normalizer,
             key_lengths: self.key_lengths.as_deref(),
             causal: self.causal,
-            bias: self.bias.as_deref(),
+            bias: self
+                .bias
+                .as_ref()
+                .map(|(values, shape)| AdditiveMask { values, shape: *shape }),
             rope: self.rope,
             attention: self.attention,
         }
@@ -137,14 +141,28 @@ impl Case {
             },
             key_lengths: self.key_lengths.as_deref(),
             causal: self.causal,
-            bias: self.bias.as_deref(),
-            rope: self.rope.map(|r| match r {
-                Rope::Interleaved => reference::Rope::Interleaved,
-                Rope::HalfSplit => reference::Rope::HalfSplit,
+            bias: self.bias.as_ref().map(|(values, shape)| {
+                let shape = match shape {
+                    MaskShape::Shared => reference::MaskShape::Shared,
+                    MaskShape::PerBatch => reference::MaskShape::PerBatch,
+                    MaskShape::PerHead => reference::MaskShape::PerHead,
+                    _ => reference::MaskShape::KeyPadding,
+                };
+                (&values[..], shape)
             }),
-            softmax_plus: match self.attention {
-                GauAttention::Relu2 => None,
-                GauAttention::SoftmaxPlus { min_len } => Some(min_len),
+            rope: self.rope.map(|r| reference::Rope {
+                pairs: match r.pairs {
+                    RopePairs::Interleaved => reference::RopePairs::Interleaved,
+                    RopePairs::HalfSplit => reference::RopePairs::HalfSplit,
+                },
+                width: r.width.unwrap_or(s.qk_dim),
+                base: r.base,
+            }),
+            attention: match self.attention {
+                GauAttention::Relu2 => reference::Attention::Relu2,
+                GauAttention::Laplace => reference::Attention::Laplace,
+                GauAttention::Softmax => reference::Attention::Softmax,
+                GauAttention::SoftmaxPlus { min_len } => reference::Attention::SoftmaxPlus(min_len),
             },
         };
         (shape, params)
@@ -157,6 +175,39 @@ impl Case {
     }
 }
 
+/// A bias in one of its layouts: relative-position-like values with, now and then, keys
+/// masked by −∞ (a prefix-LM pattern for the square layouts, left padding for the per-key one).
+fn bias(shape: MaskShape, batch: usize, t: usize, seed: u64) -> (Vec<f32>, MaskShape) {
+    let mut r = rng(seed);
+    let masked = seed.is_multiple_of(3);
+    let prefix = (seed as usize / 3) % (t + 1);
+    let values = match shape {
+        MaskShape::KeyPadding => (0..batch * t)
+            .map(|n| {
+                if masked && n % t < (n / t + seed as usize) % t {
+                    f32::NEG_INFINITY
+                } else {
+                    r()
+                }
+            })
+            .collect(),
+        _ => {
+            let per = if shape == MaskShape::Shared { 1 } else { batch };
+            (0..per * t * t)
+                .map(|n| {
+                    let (i, j) = (n / t % t, n % t);
+                    if masked && j >= prefix && j > i {
+                        f32::NEG_INFINITY
+                    } else {
+                        r()
+                    }
+                })
+                .collect()
+        }
+    };
+    (values, shape)
+}
+
 fn case() -> impl Strategy<Value = Case> {
     let dims = (1usize..=2, 1usize..=40, 1usize..=24, 1usize..=40, 1usize..=12);
     let flags = (
@@ -164,12 +215,13 @@ fn case() -> impl Strategy<Value = Case> {
         0u8..3,
         any::<bool>(),
         any::<bool>(),
-        any::<bool>(),
-        0u8..3,
+        0u8..4,
+        0u8..5,
+        0u8..4,
         any::<u64>(),
     );
     (dims, flags).prop_map(
-        |((batch, t, d, e, s), (scale, norm, padded, causal, bias, rope, seed))| {
+        |((batch, t, d, e, s), (scale, norm, padded, causal, bias_shape, rope, attention, seed))| {
             let s = if rope > 0 { 2 * s } else { s };
             let mut c = Case::new(
                 GauShape {
@@ -192,14 +244,34 @@ fn case() -> impl Strategy<Value = Case> {
                 );
             }
             c.causal = causal;
-            if bias {
-                c.bias = Some((0..t * t).map(|_| r()).collect());
-            }
+            c.bias = [
+                None,
+                Some(MaskShape::Shared),
+                Some(MaskShape::PerBatch),
+                Some(MaskShape::KeyPadding),
+            ][bias_shape as usize]
+                .map(|shape| bias(shape, batch, t, seed ^ 9));
             if seed % 5 == 0 {
                 c.b_in = None;
                 c.b_out = None;
             }
-            c.rope = [None, Some(Rope::Interleaved), Some(Rope::HalfSplit)][rope as usize];
+            // Partial widths: an even part of `s`, and a base other than 10000.
+            let part = 2 * (seed as usize % (s / 2).max(1));
+            c.rope = [
+                None,
+                Some(Rope::INTERLEAVED),
+                Some(Rope::HALF_SPLIT),
+                Some(Rope::INTERLEAVED.with_width(part).with_base(500.0)),
+                Some(Rope::HALF_SPLIT.with_width(part)),
+            ][rope as usize];
+            c.attention = [
+                GauAttention::Relu2,
+                GauAttention::Laplace,
+                GauAttention::Softmax,
+                GauAttention::SoftmaxPlus {
+                    min_len: 1 + seed as usize % 64,
+                },
+            ][attention as usize];
             c
         },
     )
@@ -351,15 +423,18 @@ fn larger_shapes_match_oracle() {
     };
     for (causal, rope, attention) in [
         (false, None, GauAttention::Relu2),
-        (true, Some(Rope::HalfSplit), GauAttention::Relu2),
-        (true, Some(Rope::Interleaved), GauAttention::SoftmaxPlus { min_len: 16 }),
+        (true, Some(Rope::HALF_SPLIT), GauAttention::Relu2),
+        (true, Some(Rope::INTERLEAVED), GauAttention::SoftmaxPlus { min_len: 16 }),
     ] {
         let mut c = Case::new(shape, 11);
         c.causal = causal;
         c.rope = rope;
         c.attention = attention;
         c.key_lengths = Some(vec![150, 101]);
-        c.bias = Some((0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect());
+        c.bias = Some((
+            (0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect(),
+            MaskShape::Shared,
+        ));
         for k in all_kernels() {
             let out = c.run(&k, &mut GauWorkspace::new());
             c.check(&k, &out).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
@@ -384,9 +459,15 @@ fn bound_fails_a_wrong_scale_normalizer_or_bias() {
     let t = shape.seq_len as f32;
     for (causal, rope, attention) in [
         (false, None, GauAttention::Relu2),
-        (true, Some(Rope::HalfSplit), GauAttention::Relu2),
-        (true, Some(Rope::Interleaved), GauAttention::SoftmaxPlus { min_len: 16 }),
-        (false, Some(Rope::HalfSplit), GauAttention::SoftmaxPlus { min_len: 150 }),
+        (true, Some(Rope::HALF_SPLIT), GauAttention::Relu2),
+        (true, Some(Rope::INTERLEAVED), GauAttention::SoftmaxPlus { min_len: 16 }),
+        (
+            false,
+            Some(Rope::HALF_SPLIT),
+            GauAttention::SoftmaxPlus { min_len: 150 },
+        ),
+        (false, None, GauAttention::Laplace),
+        (true, Some(Rope::INTERLEAVED.with_width(8)), GauAttention::Softmax),
     ] {
         let mut c = Case::new(shape, 11);
         for g in c.gq.iter_mut().chain(c.gk.iter_mut()) {
@@ -396,7 +477,10 @@ fn bound_fails_a_wrong_scale_normalizer_or_bias() {
         c.rope = rope;
         c.attention = attention;
         c.key_lengths = Some(vec![150, 101]);
-        c.bias = Some((0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect());
+        c.bias = Some((
+            (0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect(),
+            MaskShape::Shared,
+        ));
         let mutant = |what: &'static str, change: &dyn Fn(&mut Case)| {
             let mut m = c.clone();
             change(&mut m);
@@ -412,7 +496,7 @@ fn bound_fails_a_wrong_scale_normalizer_or_bias() {
             mutant("no output bias", &|m| m.b_out = None),
         ];
         match attention {
-            GauAttention::Relu2 => {
+            GauAttention::Relu2 | GauAttention::Laplace => {
                 mutants.push(mutant("l = T + 1", &|m| m.normalizer = Normalizer::Value(t + 1.0)));
                 mutants.push(mutant("l = T·(1 + 10⁻³)", &|m| {
                     m.normalizer = Normalizer::Value(t * 1.001)
@@ -425,7 +509,7 @@ fn bound_fails_a_wrong_scale_normalizer_or_bias() {
                     m.attention = GauAttention::SoftmaxPlus { min_len: 151 }
                 }));
             }
-            GauAttention::SoftmaxPlus { .. } => {}
+            GauAttention::Softmax | GauAttention::SoftmaxPlus { .. } => {}
         }
         let mut ws = GauWorkspace::new();
         for k in all_kernels() {
@@ -455,7 +539,7 @@ fn larger_shapes_in_half_storage() {
     };
     for (causal, rope, attention) in [
         (false, None, GauAttention::Relu2),
-        (true, Some(Rope::Interleaved), GauAttention::SoftmaxPlus { min_len: 16 }),
+        (true, Some(Rope::INTERLEAVED), GauAttention::SoftmaxPlus { min_len: 16 }),
     ] {
         let mut c = Case::new(shape, 13);
         c.causal = causal;
@@ -643,7 +727,7 @@ fn errors_name_the_argument() {
         Some("shape.qk_dim")
     );
     let rope = GauOptions {
-        rope: Some(Rope::Interleaved),
+        rope: Some(Rope::INTERLEAVED),
         ..d
     };
     assert_eq!(
@@ -671,7 +755,10 @@ fn errors_name_the_argument() {
             &c.x,
             &w,
             &GauOptions {
-                bias: Some(&[0.0; 3]),
+                bias: Some(AdditiveMask {
+                    values: &[0.0; 3],
+                    shape: MaskShape::Shared
+                }),
                 ..d
             },
             &mut out
@@ -679,6 +766,50 @@ fn errors_name_the_argument() {
         .arg(),
         Some("bias")
     );
+    // A per-sequence bias is `B·T·T`, a per-key one `B·T`.
+    for (shape_of, len) in [
+        (MaskShape::PerBatch, 2 * shape.seq_len.pow(2)),
+        (MaskShape::KeyPadding, 1),
+    ] {
+        let values = vec![0.0; len];
+        let bias = Some(AdditiveMask {
+            values: &values,
+            shape: shape_of,
+        });
+        let e = err(&shape, &c.x, &w, &GauOptions { bias, ..d }, &mut out);
+        assert_eq!(e.arg(), Some("bias"), "{e}");
+    }
+    let even = GauShape { qk_dim: 4, ..shape };
+    let c4 = Case::new(even, 3);
+    for (rope, arg, msg) in [
+        (
+            Rope::INTERLEAVED.with_width(3),
+            "rope.width",
+            "an even width ≤ qk_dim = 4, got 3",
+        ),
+        (
+            Rope::HALF_SPLIT.with_width(6),
+            "rope.width",
+            "an even width ≤ qk_dim = 4, got 6",
+        ),
+        (
+            Rope::INTERLEAVED.with_base(0.0),
+            "rope.base",
+            "a finite base > 0, got 0",
+        ),
+        (
+            Rope::INTERLEAVED.with_base(f32::NAN),
+            "rope.base",
+            "a finite base > 0, got NaN",
+        ),
+    ] {
+        let opts = GauOptions { rope: Some(rope), ..d };
+        let e = Kernels::best()
+            .gau(&even, &c4.x, &c4.weights(), &opts, &mut out, &mut ws)
+            .unwrap_err();
+        assert_eq!(e.arg(), Some(arg), "{e}");
+        assert!(e.to_string().ends_with(msg), "{e}");
+    }
     let bad = GauOptions {
         normalizer: Normalizer::Value(0.0),
         ..d
@@ -710,7 +841,7 @@ fn gau_alpha_block_with_rms_norm() {
     };
     let mut c = Case::new(shape, 21);
     c.causal = true;
-    c.rope = Some(Rope::HalfSplit);
+    c.rope = Some(Rope::HALF_SPLIT);
     let (rs, rp) = c.reference();
     let exact = reference::gau(&rs, &c.x, &rp);
     let d = shape.dim;
@@ -760,7 +891,7 @@ fn softmax_plus_with_a_zero_length_factor() {
         31,
     );
     c.causal = true;
-    c.bias = Some((0..36).map(|i| (i % 5) as f32 * 0.25).collect());
+    c.bias = Some(((0..36).map(|i| (i % 5) as f32 * 0.25).collect(), MaskShape::Shared));
     c.attention = GauAttention::SoftmaxPlus { min_len: 1 };
     for k in all_kernels() {
         let out = c.run(&k, &mut GauWorkspace::new());

@@ -184,10 +184,14 @@ fn gau() {
         };
         let x: Vec<f32> = values(2 * 5 * 6, 13).iter().map(|v| v / 4.0).collect();
         let lengths = [5, 3];
-        for attention in [GauAttention::Relu2, GauAttention::SoftmaxPlus { min_len: 1 }] {
+        for attention in [
+            GauAttention::Relu2,
+            GauAttention::SoftmaxPlus { min_len: 1 },
+            GauAttention::Laplace,
+        ] {
             let o = GauOptions {
                 key_lengths: Some(&lengths),
-                rope: Some(kernels::Rope::Interleaved),
+                rope: Some(kernels::Rope::INTERLEAVED.with_width(2)),
                 attention,
                 ..GauOptions::default()
             };
@@ -208,10 +212,16 @@ fn gau() {
                 key_lengths: Some(&lengths),
                 causal: false,
                 bias: None,
-                rope: Some(reference::Rope::Interleaved),
-                softmax_plus: match attention {
-                    GauAttention::SoftmaxPlus { min_len } => Some(min_len),
-                    _ => None,
+                rope: Some(reference::Rope {
+                    pairs: reference::RopePairs::Interleaved,
+                    width: 2,
+                    base: 10000.0,
+                }),
+                attention: match attention {
+                    GauAttention::SoftmaxPlus { min_len } => reference::Attention::SoftmaxPlus(min_len),
+                    GauAttention::Laplace => reference::Attention::Laplace,
+                    GauAttention::Softmax => reference::Attention::Softmax,
+                    _ => reference::Attention::Relu2,
                 },
             };
             let rs = reference::GauShape {

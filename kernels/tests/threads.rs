@@ -13,9 +13,10 @@ mod common;
 use common::{all_kernels, narrow};
 use kernels::half::{bf16, f16};
 use kernels::{
-    Activation, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Element, GauAttention,
-    GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, LinearOptions, LinearWeights, MaskShape,
-    Parallelism, Residual, RmsNormOptions, Rope, RowStats, SoftmaxOptions, WeightLayout, WeightType,
+    Activation, AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Element,
+    GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, LinearOptions,
+    LinearWeights, MaskShape, Parallelism, Residual, RmsNormOptions, Rope, RowStats, SoftmaxOptions, WeightLayout,
+    WeightType,
 };
 
 const THREADS: [usize; 4] = [1, 2, 3, 7];
@@ -338,7 +339,11 @@ fn gau() {
         ..batched
     };
     for k in all_kernels() {
-        for attention in [GauAttention::Relu2, GauAttention::SoftmaxPlus { min_len: 64 }] {
+        for attention in [
+            GauAttention::Relu2,
+            GauAttention::SoftmaxPlus { min_len: 64 },
+            GauAttention::Laplace,
+        ] {
             each_type!(gau_of(k; &batched, attention, false));
             each_type!(gau_of(k; &single, attention, true));
         }
@@ -369,11 +374,28 @@ fn gau_of<E: Element>(k: Kernels, shape: &GauShape, attention: GauAttention, cau
         b_out: None,
     };
     let lengths: Vec<usize> = (0..b).map(|i| t - 5 * i).collect();
+    // A prefix-LM mask per sequence (row `i` sees keys `j < 20 + b` or `j ≤ i`): every row
+    // has its own key count.
+    let prefix: Vec<f32> = (0..b * t * t)
+        .map(|n| {
+            let (seq, i, j) = (n / (t * t), n / t % t, n % t);
+            if j < 20 + seq || j <= i {
+                0.1
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
     let opts = GauOptions {
         key_lengths: Some(&lengths),
         attention,
         causal,
-        rope: causal.then_some(Rope::HalfSplit),
+        rope: causal.then_some(Rope::HALF_SPLIT.with_width(s / 2)),
+        bias: Some(AdditiveMask {
+            values: &prefix,
+            shape: MaskShape::PerBatch,
+        }),
+        normalizer: kernels::Normalizer::ValidKeys,
         ..Default::default()
     };
     same_bits(&format!("gau {} {shape:?} {attention:?}", E::NAME), k, |k| {

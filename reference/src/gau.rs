@@ -2,6 +2,8 @@
 //! bound: every intermediate carries the largest error an f32 kernel may have made on it,
 //! propagated to first order (and with the second-order cross terms where they appear).
 
+use crate::attention::MaskShape;
+
 /// Sizes of a GAU call: `X[B,T,d]`, `W_in[d, 2e+s]`, `W_o[e, d]`, `O[B,T,d]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GauShape {
@@ -39,13 +41,38 @@ pub enum Normalizer {
     Value(f32),
 }
 
-/// Rotary position embedding on Q and K (positions `0..T`, base 10000).
+/// Which dimensions of Q and K rotate together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rope {
-    /// Pairs `(2i, 2i+1)`.
+pub enum RopePairs {
+    /// Pairs `(2m, 2m+1)`.
     Interleaved,
-    /// Pairs `(i, i + s/2)`.
+    /// Pairs `(m, m + r/2)` of the rotated width `r`.
     HalfSplit,
+}
+
+/// Rotary position embedding on Q and K (positions `0..T`): the first `width` dimensions
+/// turn pair by pair, pair `m` by `t·base^(−2m/width)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    /// Which dimensions pair up.
+    pub pairs: RopePairs,
+    /// The rotated width `r` (even, ≤ s).
+    pub width: usize,
+    /// `θ`.
+    pub base: f32,
+}
+
+/// The attention function of the GAU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attention {
+    /// `relu(S)²/l`.
+    Relu2,
+    /// `Φ((S − √½)·√(4π))/l`.
+    Laplace,
+    /// `softmax_j(S_ij)`.
+    Softmax,
+    /// `softmax_j(S_ij·ln(max(n_i, min_len))/ln 512)`.
+    SoftmaxPlus(usize),
 }
 
 /// The weights and options of a GAU call.
@@ -75,12 +102,13 @@ pub struct GauParams<'a> {
     pub key_lengths: Option<&'a [usize]>,
     /// Key `j` is allowed for query `i` only if `j ≤ i`.
     pub causal: bool,
-    /// Additive score bias `[T, T]`.
-    pub bias: Option<&'a [f32]>,
+    /// Additive score bias in one of the attention's layouts (`PerHead` as `PerBatch`); a −∞
+    /// disallows its key.
+    pub bias: Option<(&'a [f32], MaskShape)>,
     /// Rotary embedding of Q and K.
     pub rope: Option<Rope>,
-    /// GAU-α's softmax-plus with this `min_len` instead of `relu²/l`.
-    pub softmax_plus: Option<usize>,
+    /// The attention function.
+    pub attention: Attention,
 }
 
 /// The output and its error bound, both `[B, T, d]`.
@@ -118,6 +146,24 @@ fn dot(n: usize, a: impl Fn(usize) -> (f64, f64), b: impl Fn(usize) -> (f64, f64
         err += x.abs() * ey + ex * y.abs() + ex * ey;
     }
     (v, err + (n as f64 + 2.0) * U * mag + (n as f64 + 2.0) * SUB)
+}
+
+/// `(value, error)` of Laplace's `Φ((S − μ)/σ)/l` for a score `S` with error `ε`. The kernel
+/// forms `y = (S − μ)·(1/σ)` with two roundings and `1/σ` rounded once (`ε/σ + 3u·|y|`), which
+/// `Φ` turns into at most `φ(y')·err(y)` with `y'` the point of the interval nearest 0; `Φ`
+/// itself is within 8 ulp (or 2⁻¹²⁶), and `1/l` and the product add a rounding each.
+fn laplace(sv: f64, serr: f64, l: f64) -> (f64, f64) {
+    let (mu, inv_sigma) = (0.5f64.sqrt(), (4.0 * std::f64::consts::PI).sqrt());
+    let y = (sv - mu) * inv_sigma;
+    let ey = serr * inv_sigma + 3.0 * U * y.abs() + SUB;
+    let near = (y.abs() - ey).max(0.0);
+    let pdf = (-0.5 * near * near).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let cdf = libm::erfc(-y * std::f64::consts::FRAC_1_SQRT_2) / 2.0;
+    let av = cdf / l;
+    (
+        av,
+        (pdf * ey + 8.0 * U * cdf + TINY) / l.abs() + 2.0 * U * av + 2.0 * SUB,
+    )
 }
 
 /// `(value, error)` of the gate `U ⊙ (A·V)` from its inputs' values and errors.
@@ -203,14 +249,16 @@ impl SoftmaxRow {
 /// Q = Z⊙γ_q + β_q,  K = Z⊙γ_k + β_k          (then RoPE, if asked)
 /// S_ij = c·Q_i·K_j + B_ij
 /// A_ij = allowed_ij ? relu(S_ij)²/l_i : 0    allowed: j < key_lengths[b] ∧ (¬causal ∨ j ≤ i)
-///   (softmax-plus: A_ij = softmax over allowed j of S_ij·ln(max(n_i, min_len))/ln 512)
+///                                                     ∧ B_ij ≠ −∞;  n_i = Σ_j allowed_ij
+///   (Laplace: Φ((S_ij − √½)·√(4π))/l_i in place of relu²;
+///    softmax: A_ij = softmax over allowed j of S_ij, softmax-plus of S_ij·ln(max(n_i, min_len))/ln 512)
 /// O = (U ⊙ A·V)·W_o + b_o
 /// ```
 ///
 /// The bound of each element follows the f32 algorithm of `kernels::gau`: each dot product of
 /// length `n` errs by `(n + 2)·u` of its magnitude plus what its inputs carry; swish by 6u
 /// relative (3 ulp) plus its slope times its input's error; `relu²/l` by 3u relative plus
-/// `(2·relu(S) + ε)·ε/l` for a score error ε; RoPE's rotation by 4u of its magnitude plus
+/// `(2·relu(S) + ε)·ε/l` for a score error ε; Laplace as `laplace` says; RoPE's rotation by 4u of its magnitude plus
 /// the rounding of its sines and cosines; softmax-plus's `A·V` by its score errors weighted
 /// by how far each key's value is from the row's output (see `SoftmaxRow`), its own roundings
 /// and the errors of V. Products and sums of subnormals add 2⁻¹⁵⁰ each.
@@ -275,12 +323,13 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
         if let Some(rope) = p.rope {
             for m in [&mut q, &mut k] {
                 for i in 0..t {
-                    for pair in 0..s / 2 {
-                        let (a, bb) = match rope {
-                            Rope::Interleaved => (2 * pair, 2 * pair + 1),
-                            Rope::HalfSplit => (pair, pair + s / 2),
+                    let r = rope.width;
+                    for pair in 0..r / 2 {
+                        let (a, bb) = match rope.pairs {
+                            RopePairs::Interleaved => (2 * pair, 2 * pair + 1),
+                            RopePairs::HalfSplit => (pair, pair + r / 2),
                         };
-                        let theta = i as f64 * 10000f64.powf(-2.0 * pair as f64 / s as f64);
+                        let theta = i as f64 * (rope.base as f64).powf(-2.0 * pair as f64 / r as f64);
                         let (sin, cos) = theta.sin_cos();
                         let ((x0, e0), (x1, e1)) = (m[i * s + a], m[i * s + bb]);
                         // The kernel's sines and cosines are f32 (one rounding each).
@@ -296,7 +345,16 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
         // A·V, gated by U.
         let mut g = vec![(0.0, 0.0); t * e];
         for i in 0..t {
-            let allowed = |j: usize| j < valid && (!p.causal || j <= i);
+            let bias = |j: usize| {
+                p.bias.map_or(0.0, |(v, shape)| {
+                    v[match shape {
+                        MaskShape::Shared => i * t + j,
+                        MaskShape::PerBatch | MaskShape::PerHead => (b * t + i) * t + j,
+                        MaskShape::KeyPadding => b * t + j,
+                    }]
+                })
+            };
+            let allowed = |j: usize| j < valid && (!p.causal || j <= i) && bias(j) != f32::NEG_INFINITY;
             let count = (0..t).filter(|&j| allowed(j)).count();
             let l = match p.normalizer {
                 Normalizer::SeqLen => t as f64,
@@ -309,33 +367,41 @@ pub fn gau(shape: &GauShape, x: &[f32], p: &GauParams) -> GauResult {
                 if !allowed(j) {
                     continue;
                 }
-                let bias = p.bias.map_or(0.0, |bb| bb[i * t + j] as f64);
                 let (dotv, derr) = dot(s, |kk| q[i * s + kk], |kk| k[j * s + kk], 0.0);
-                let sv = c * dotv + bias;
+                let sv = c * dotv + bias(j) as f64;
                 *sj = (
                     sv,
                     c.abs() * derr + 2.0 * U * (c * dotv).abs() + U * sv.abs() + 2.0 * SUB,
                 );
             }
-            match p.softmax_plus {
-                None => {
+            match p.attention {
+                Attention::Relu2 | Attention::Laplace => {
                     let mut a = vec![(0.0, 0.0); t];
                     for (aj, &(sv, serr)) in a.iter_mut().zip(&sc) {
                         if sv == f64::NEG_INFINITY {
                             continue;
                         }
-                        let r = sv.max(0.0);
-                        let av = r * r / l;
-                        *aj = (av, (2.0 * r + serr) * serr / l.abs() + 3.0 * U * av + 2.0 * SUB);
+                        *aj = if p.attention == Attention::Relu2 {
+                            let r = sv.max(0.0);
+                            let av = r * r / l;
+                            (av, (2.0 * r + serr) * serr / l.abs() + 3.0 * U * av + 2.0 * SUB)
+                        } else {
+                            laplace(sv, serr, l)
+                        };
                     }
                     for col in 0..e {
                         let (av, aerr) = dot(t, |j| a[j], |j| h[j * w + e + col], 0.0);
                         g[i * e + col] = gate(h[i * w + col], (av, aerr));
                     }
                 }
-                Some(min_len) => {
-                    let f = count.max(min_len) as f64;
-                    let f = (f.ln() / 512f64.ln()) as f32 as f64;
+                Attention::Softmax | Attention::SoftmaxPlus(_) => {
+                    let f = match p.attention {
+                        Attention::SoftmaxPlus(min_len) => {
+                            let f = count.max(min_len) as f64;
+                            (f.ln() / 512f64.ln()) as f32 as f64
+                        }
+                        _ => 1.0,
+                    };
                     let row = SoftmaxRow::new(&sc, f, t);
                     for col in 0..e {
                         g[i * e + col] = gate(h[i * w + col], row.av(|j| h[j * w + e + col]));

@@ -46,7 +46,7 @@ mod ulp;
 pub use attention::{attention, AttentionOptions, AttentionResult, AttentionShape, MaskShape};
 pub use check::{check_activation, check_attention, check_exp, check_gau, check_softmax, Mismatch, U};
 pub use element::{widen, Element};
-pub use gau::{gau, GauParams, GauResult, GauShape, Normalizer, Rope, ScoreScale};
+pub use gau::{gau, Attention, GauParams, GauResult, GauShape, Normalizer, Rope, RopePairs, ScoreScale};
 pub use gelu::{check_gelu, check_gelu_tanh, gelu, gelu_tanh, gelu_tanh_arg};
 pub use half::{bf16, f16};
 pub use linear::{check_linear, linear, Activation, LinearResult};

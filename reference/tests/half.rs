@@ -310,7 +310,7 @@ fn attention_and_gau<E: Bits>() {
         causal: false,
         bias: None,
         rope: None,
-        softmax_plus: None,
+        attention: reference::Attention::Relu2,
     };
     let x = input::<E>(&X[..4]);
     let res = reference::gau(&gshape, &widen(&x), &params);

@@ -163,7 +163,7 @@ impl Weights {
             causal,
             bias: None,
             rope: None,
-            softmax_plus: None,
+            attention: reference::Attention::Relu2,
         }
     }
 }

@@ -4,7 +4,8 @@
 use std::array;
 use std::ops::Range;
 
-use super::options::{GauShape, Normalizer, Rope};
+use super::options::{GauAttention, GauShape, Normalizer, RopePairs};
+use crate::attention::MaskShape;
 use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{
@@ -13,6 +14,7 @@ use crate::gemm::{
 };
 use crate::math::activation::swish;
 use crate::math::exp::exp_nonpositive;
+use crate::math::gelu::normal_cdf;
 use crate::math::Identity;
 use crate::parallel::{within, Split};
 use crate::simd::{Simd, TileOp};
@@ -42,10 +44,12 @@ pub(super) struct GauCall<E> {
     pub causal: bool,
     /// Null when absent.
     pub bias: *const f32,
-    pub rope: Option<Rope>,
-    /// GAU-α's `min_len`, when the attention is softmax-plus.
-    pub softmax_plus: Option<usize>,
-    /// `[T][s/2]` pairs `(cos, sin)` when `rope` is set.
+    /// The layout of `bias`.
+    pub bias_shape: MaskShape,
+    /// The pairs and the rotated width `r` of RoPE.
+    pub rope: Option<(RopePairs, usize)>,
+    pub attention: GauAttention,
+    /// `[T][r/2]` pairs `(cos, sin)` when `rope` is set.
     pub rope_table: *const f32,
     /// The slot of workspace of this call (or part of a call), [`workspace_len`] floats.
     pub workspace: *mut f32,
@@ -247,12 +251,12 @@ pub(super) fn workspace_len(shape: &GauShape, widen_x: bool, packed: bool) -> Op
     Layout::new(shape, widen_x, packed)?.total()
 }
 
-/// `(cos, sin)` of `t·10000^(−2m/s)` for `t < T`, `m < s/2`, computed in f64 and rounded once.
-pub(super) fn rope_table(t: usize, s: usize) -> Vec<f32> {
-    let mut table = Vec::with_capacity(t * s);
+/// `(cos, sin)` of `t·θ^(−2m/r)` for `t < T`, `m < r/2`, computed in f64 and rounded once.
+pub(super) fn rope_table(t: usize, r: usize, base: f32) -> Vec<f32> {
+    let mut table = Vec::with_capacity(t * r);
     for pos in 0..t {
-        for m in 0..s / 2 {
-            let (sin, cos) = (pos as f64 * 10000f64.powf(-2.0 * m as f64 / s as f64)).sin_cos();
+        for m in 0..r / 2 {
+            let (sin, cos) = (pos as f64 * (base as f64).powf(-2.0 * m as f64 / r as f64)).sin_cos();
             table.push(cos as f32);
             table.push(sin as f32);
         }
@@ -490,16 +494,16 @@ unsafe fn project<S: Simd, E: Element, const MR: usize, const NV: usize>(
             col += count;
         }
     }
-    if let Some(rope) = c.rope {
-        // SAFETY: rows `i0..i0 + n` of Q and K (`s` floats each) and of the table.
+    if let Some((pairs, width)) = c.rope {
+        // SAFETY: rows `i0..i0 + n` of Q and K (`s` floats each) and of the table (`r` each).
         unsafe {
             apply_rope(
                 r.q.add(i0 * sd),
                 r.kt.add(i0 * sd),
-                c.rope_table.add(i0 * sd),
+                c.rope_table.add(i0 * width),
                 n,
                 sd,
-                rope,
+                (pairs, width),
             )
         };
     }
@@ -569,6 +573,13 @@ unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
         let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
         let mut states = [RowSoftmax::<S, MR>::new(s); ROW_BLOCKS];
         let mut alphas = [[s.splat(1.0); MR]; ROW_BLOCKS];
+        // `n_i` of each row, as `scores` maps the rows of a micro-block.
+        let counts: [[usize; MR]; ROW_BLOCKS] = array::from_fn(|m| {
+            array::from_fn(|r| {
+                let i = (i0 + m * MR + r).min(i0 + rows - 1);
+                keys_seen(c, b, i, if c.causal { valid.min(i + 1) } else { valid })
+            })
+        });
         for tt in 0..key_end.div_ceil(nr) {
             let j0 = tt * nr;
             for m in 0..micro {
@@ -584,7 +595,8 @@ unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
                         r0,
                         i0 + rows,
                         j0,
-                        valid,
+                        (b, valid),
+                        &counts[m],
                         &mut states[m],
                     )
                 };
@@ -613,12 +625,14 @@ unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
             }
         }
         for r in 0..rows {
-            // Softmax-plus divides by the row's sum here; relu² needs nothing.
-            let norm = s.splat(if c.softmax_plus.is_some() {
-                states[r / MR].inv_sum(s, r % MR)
-            } else {
-                1.0
-            });
+            // The softmaxes divide by the row's sum here; relu² and Laplace need nothing.
+            let norm = s.splat(
+                if matches!(c.attention, GauAttention::Softmax | GauAttention::SoftmaxPlus { .. }) {
+                    states[r / MR].inv_sum(s, r % MR)
+                } else {
+                    1.0
+                },
+            );
             let mut col = 0;
             while col < e {
                 let count = (e - col).min(lanes);
@@ -692,7 +706,8 @@ unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
     r0: usize,
     row_end: usize,
     j0: usize,
-    valid: usize,
+    (b, valid): (usize, usize),
+    counts: &[usize; MR],
     state: &mut RowSoftmax<S, MR>,
 ) -> [S::V; MR] {
     let GauShape {
@@ -709,7 +724,9 @@ unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
     for (r, acc_r) in acc.iter().enumerate() {
         let i = row(r);
         let allowed = if c.causal { valid.min(i + 1) } else { valid };
-        // The scores `c·Q·K + B` of the row, and how many lanes of each vector it may see.
+        let bias = bias_row(c, b, i);
+        // The scores `c·Q·K + B` of the row (−∞ where the bias disallows a key, whatever the
+        // product), and how many lanes of each vector it may see.
         let mut z = [s.splat(0.0); NV];
         let mut seen = [0usize; NV];
         for v in 0..NV {
@@ -717,19 +734,23 @@ unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
             seen[v] = allowed.saturating_sub(jv).min(lanes);
             if seen[v] > 0 {
                 z[v] = s.mul(acc_r[v], s.splat(c.scale));
-                if !c.bias.is_null() {
-                    // SAFETY: `seen ≥ 1` lanes from `jv < T` lie inside row `i` of the bias.
-                    z[v] = s.add(z[v], unsafe { load_n(s, c.bias.add(i * t + jv), (t - jv).min(lanes)) });
+                if !bias.is_null() {
+                    // SAFETY: `seen ≥ 1` lanes from `jv < T` lie inside the row of the bias.
+                    let bv = unsafe { load_n(s, bias.add(jv), (t - jv).min(lanes)) };
+                    z[v] = s.select(s.eq(bv, neg_inf), neg_inf, s.add(z[v], bv));
                 }
             }
         }
-        let out = match c.softmax_plus {
-            None => {
-                let inv_l = s.splat(match c.normalizer {
-                    Normalizer::SeqLen => (1.0 / t as f64) as f32,
-                    Normalizer::ValidKeys => (1.0 / allowed.max(1) as f64) as f32,
-                    Normalizer::Value(l) => (1.0 / l as f64) as f32,
-                });
+        let inv_l = || {
+            s.splat(match c.normalizer {
+                Normalizer::SeqLen => (1.0 / t as f64) as f32,
+                Normalizer::ValidKeys => (1.0 / counts[r].max(1) as f64) as f32,
+                Normalizer::Value(l) => (1.0 / l as f64) as f32,
+            })
+        };
+        let out = match c.attention {
+            GauAttention::Relu2 => {
+                let inv_l = inv_l();
                 let mut out = [s.splat(0.0); NV];
                 for v in 0..NV {
                     // relu with the score first: a NaN score stays NaN.
@@ -739,12 +760,30 @@ unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
                 }
                 out
             }
-            Some(min_len) => {
-                let factor = s.splat(length_factor(allowed, min_len));
+            GauAttention::Laplace => {
+                let inv_l = inv_l();
+                let mut out = [s.splat(0.0); NV];
+                for v in 0..NV {
+                    let y = s.mul(s.sub(z[v], s.splat(LAPLACE_MU)), s.splat(LAPLACE_INV_SIGMA));
+                    let av = s.mul(normal_cdf(s, y), inv_l);
+                    out[v] = s.select(s.first_lanes(seen[v]), av, s.splat(0.0));
+                }
+                out
+            }
+            GauAttention::Softmax | GauAttention::SoftmaxPlus { .. } => {
                 let mut tile_max = f32::NEG_INFINITY;
                 for v in 0..NV {
-                    z[v] = s.select(s.first_lanes(seen[v]), s.mul(z[v], factor), neg_inf);
-                    tile_max = tile_max.max(s.reduce_max(z[v]));
+                    z[v] = s.select(s.first_lanes(seen[v]), z[v], neg_inf);
+                }
+                if let GauAttention::SoftmaxPlus { min_len } = c.attention {
+                    let factor = s.splat(length_factor(counts[r], min_len));
+                    for zv in &mut z {
+                        // Masked keys stay −∞ (a factor of 0 would make them NaN).
+                        *zv = s.select(s.eq(*zv, neg_inf), neg_inf, s.mul(*zv, factor));
+                    }
+                }
+                for zv in &z {
+                    tile_max = tile_max.max(s.reduce_max(*zv));
                 }
                 let new_max = state.max[r].max(tile_max);
                 // While a row has seen only −∞, subtract 0 so that −∞ − m is not NaN.
@@ -769,25 +808,56 @@ unsafe fn scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
     alpha
 }
 
+/// Laplace's `μ = √½` and `1/σ = √(4π)`, rounded once.
+const LAPLACE_MU: f32 = std::f32::consts::FRAC_1_SQRT_2;
+const LAPLACE_INV_SIGMA: f32 = 3.544_907_7;
+
+/// Row `i` of sequence `b`'s bias at key 0; null when the call has none.
+fn bias_row<E>(c: &GauCall<E>, b: usize, i: usize) -> *const f32 {
+    if c.bias.is_null() {
+        return c.bias;
+    }
+    let t = c.shape.seq_len;
+    let at = match c.bias_shape {
+        MaskShape::Shared => i * t,
+        MaskShape::PerBatch | MaskShape::PerHead => (b * t + i) * t,
+        MaskShape::KeyPadding => b * t,
+    };
+    // SAFETY: validation checked the bias's length against its shape; `b < B`, `i < T`.
+    unsafe { c.bias.add(at) }
+}
+
+/// `n_i`: the keys row `i` of sequence `b` sees, its first `allowed` less those its bias
+/// disallows with −∞.
+fn keys_seen<E>(c: &GauCall<E>, b: usize, i: usize, allowed: usize) -> usize {
+    let row = bias_row(c, b, i);
+    if row.is_null() {
+        return allowed;
+    }
+    // SAFETY: the row of the bias has `T ≥ allowed` values.
+    let row = unsafe { std::slice::from_raw_parts(row, allowed) };
+    row.iter().filter(|&&v| v != f32::NEG_INFINITY).count()
+}
+
 /// GAU-α's `ln(max(l, min_len))/ln 512` for a row that sees `l` keys, rounded once.
 fn length_factor(allowed: usize, min_len: usize) -> f32 {
     ((allowed.max(min_len) as f64).ln() / 512f64.ln()) as f32
 }
 
-/// Rotates the pairs of every row of Q and K by the table's angles.
+/// Rotates the pairs of the first `r` dimensions of every row of Q and K by the table's angles.
 ///
 /// # Safety
-/// `q`, `k` and `table` hold `T·s` floats.
+/// `q`, `k` hold `T·s` floats, `table` `T·r`; `r ≤ s` is even.
 #[inline(always)]
-unsafe fn apply_rope(q: *mut f32, k: *mut f32, table: *const f32, t: usize, sd: usize, rope: Rope) {
-    let half = sd / 2;
+unsafe fn apply_rope(q: *mut f32, k: *mut f32, table: *const f32, t: usize, sd: usize, (pairs, r): (RopePairs, usize)) {
+    let half = r / 2;
     for i in 0..t {
         for m in 0..half {
-            let (a, b) = match rope {
-                Rope::Interleaved => (2 * m, 2 * m + 1),
-                Rope::HalfSplit => (m, m + half),
+            let (a, b) = match pairs {
+                RopePairs::Interleaved => (2 * m, 2 * m + 1),
+                RopePairs::HalfSplit => (m, m + half),
             };
-            // SAFETY: `i < T`, `a, b < s`, `2m + 1 < s`.
+            // SAFETY: `i < T`, `a, b < r ≤ s`.
             unsafe {
                 let (cos, sin) = (*table.add((i * half + m) * 2), *table.add((i * half + m) * 2 + 1));
                 for x in [q, k] {

@@ -10,19 +10,25 @@
 //! Q = Z⊙γ_q + β_q ;  K = Z⊙γ_k + β_k           then RoPE on Q and K, if asked
 //! S_ij = c·Q_i·K_j + B_ij                      c: 1/√s (default), 1/T, or a constant
 //! A_ij = allowed_ij ? relu(S_ij)²/l_i : 0      allowed: j < key_lengths[b] ∧ (¬causal ∨ j ≤ i)
-//! O = (U ⊙ A·V)·W_o + b_o                      l_i: T (default), row i's allowed keys, or a constant
+//!                                                       ∧ B_ij ≠ −∞;  n_i = Σ_j allowed_ij
+//! O = (U ⊙ A·V)·W_o + b_o                      l_i: T (default), n_i, or a constant
 //! ```
 //!
-//! With [`GauAttention::SoftmaxPlus`] (GAU-α), `A_ij = softmax_j(S_ij·ln(max(n_i, min_len))/ln 512)`
-//! over the allowed keys instead, `n_i` the keys row `i` sees; a row with none gets `A·V = 0`.
+//! [`GauAttention`] replaces `relu²/l`: by Mega's Laplace function `Φ((S − μ)/σ)/l`, by a
+//! softmax over the allowed keys, or by GAU-α's softmax-plus `softmax_j(S_ij·ln(max(n_i,
+//! min_len))/ln 512)`; a row with no allowed key gets `A·V = 0` (so `O = b_o` there). The bias
+//! `B` is `[T, T]`, `[B, T, T]` or `[B, T]` ([`AdditiveMask`](crate::AdditiveMask)); its −∞
+//! entries mask keys, and `n_i` counts what is left, so a prefix-LM mask or left padding
+//! gives each row its own key count. `causal` is `j ≤ i`: queries and keys share positions,
+//! so this is both attention's bottom-right alignment and the top-left one.
 //!
 //! With the defaults this is the paper's `A = relu²(Q·Kᵀ/√s)/T`, i.e. `relu²(Q·Kᵀ)/(T·s)`;
-//! `c = 1/T, l = 1` gives the `relu(Q·Kᵀ/T)²` form of other public implementations. A row
-//! with no allowed key gets `A·V = 0`, so `O = b_o` there. A NaN in an allowed score makes its
-//! row of `A·V` NaN; disallowed positions contribute nothing even where their score is NaN.
+//! `c = 1/T, l = 1` gives the `relu(Q·Kᵀ/T)²` form of other public implementations. A NaN in
+//! an allowed score makes its row of `A·V` NaN; disallowed positions contribute nothing even
+//! where their score is NaN.
 //!
-//! RoPE rotates the pairs `(2m, 2m+1)` ([`Rope::Interleaved`]) or `(m, m + s/2)`
-//! ([`Rope::HalfSplit`]) of Q and K at position `t` by `t·10000^(−2m/s)` (`s` must be even).
+//! [`Rope`] rotates the pairs `(2m, 2m+1)` or `(m, m + r/2)` of the first `r` dimensions of Q
+//! and K (all `s` by default) at position `t` by `t·θ^(−2m/r)` (`θ = 10000` by default).
 //!
 //! # Storage types
 //!
@@ -74,13 +80,14 @@
 mod body;
 mod options;
 
+use crate::attention::MaskShape;
 use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
 use crate::isa::Isa;
 use crate::parallel::Split;
 use body::{GauCall, Phase};
-pub use options::{GauAttention, GauOptions, GauShape, GauWeights, Normalizer, Rope, ScoreScale};
+pub use options::{GauAttention, GauOptions, GauShape, GauWeights, Normalizer, Rope, RopePairs, ScoreScale};
 
 /// The weights of a GAU packed once for the kernels of one ISA, by
 /// [`Kernels::pack_gau_weights`]; used by [`Kernels::gau_packed`] of the same ISA. Owns its
@@ -116,7 +123,8 @@ impl PackedGauWeights {
 pub struct GauWorkspace {
     buf: Vec<f32>,
     rope: Vec<f32>,
-    rope_for: Option<(usize, usize)>,
+    /// `(T, width, base bits)` of the table.
+    rope_for: Option<(usize, usize, u32)>,
 }
 
 impl GauWorkspace {
@@ -268,7 +276,12 @@ impl Kernels {
             }
         }
         if let Some(bias) = opts.bias {
-            Error::check_len("bias", "T·T", Error::product("bias", &[t, t])?, bias.len())?;
+            let (what, len) = match bias.shape {
+                MaskShape::Shared => ("T·T", Error::product("bias", &[t, t])?),
+                MaskShape::PerBatch | MaskShape::PerHead => ("B·T·T", Error::product("bias", &[batch, t, t])?),
+                MaskShape::KeyPadding => ("B·T", Error::product("bias", &[batch, t])?),
+            };
+            Error::check_len("bias", what, len, bias.values.len())?;
         }
         let scale = match opts.scale {
             ScoreScale::InvSqrtQkDim => (1.0 / (s as f64).sqrt()) as f32,
@@ -284,8 +297,21 @@ impl Kernels {
         if let GauAttention::SoftmaxPlus { min_len: 0 } = opts.attention {
             return Err(Error::param("attention", "softmax-plus with min_len ≥ 1", 0));
         }
-        if opts.rope.is_some() && s % 2 != 0 {
-            return Err(Error::shape("shape.qk_dim", "an even width for RoPE", s));
+        let rope_width = match opts.rope {
+            None => 0,
+            Some(Rope { width: None, .. }) if s % 2 != 0 => {
+                return Err(Error::shape("shape.qk_dim", "an even width for RoPE", s));
+            }
+            Some(Rope { width: None, .. }) => s,
+            Some(Rope { width: Some(w), .. }) if w % 2 != 0 || w > s => {
+                return Err(Error::param("rope.width", format!("an even width ≤ qk_dim = {s}"), w));
+            }
+            Some(Rope { width: Some(w), .. }) => w,
+        };
+        if let Some(Rope { base, .. }) = opts.rope {
+            if !(base.is_finite() && base > 0.0) {
+                return Err(Error::param("rope.base", "a finite base > 0", base));
+            }
         }
         let too_large = || Error::shape("shape", "a workspace that fits in memory", format!("{shape:?}"));
         let ws_len = body::workspace_len(shape, !E::IS_F32, packed).ok_or_else(too_large)?;
@@ -293,9 +319,12 @@ impl Kernels {
         if batch == 0 || t == 0 {
             return Ok(());
         }
-        if opts.rope.is_some() && workspace.rope_for != Some((t, s)) {
-            workspace.rope = body::rope_table(t, s);
-            workspace.rope_for = Some((t, s));
+        if let Some(rope) = opts.rope {
+            let key = (t, rope_width, rope.base.to_bits());
+            if workspace.rope_for != Some(key) {
+                workspace.rope = body::rope_table(t, rope_width, rope.base);
+                workspace.rope_for = Some(key);
+            }
         }
         let null = std::ptr::null();
         let mut call = GauCall {
@@ -314,12 +343,10 @@ impl Kernels {
             normalizer: opts.normalizer,
             key_lengths: opts.key_lengths.map_or(std::ptr::null(), |l| l.as_ptr()),
             causal: opts.causal,
-            bias: opts.bias.map_or(null, |b| b.as_ptr()),
-            rope: opts.rope,
-            softmax_plus: match opts.attention {
-                GauAttention::Relu2 => None,
-                GauAttention::SoftmaxPlus { min_len } => Some(min_len),
-            },
+            bias: opts.bias.map_or(null, |b| b.values.as_ptr()),
+            bias_shape: opts.bias.map_or(MaskShape::Shared, |b| b.shape),
+            rope: opts.rope.map(|r| (r.pairs, rope_width)),
+            attention: opts.attention,
             rope_table: workspace.rope.as_ptr(),
             workspace: std::ptr::null_mut(),
             slot: ws_len,

@@ -1,5 +1,7 @@
 //! The public shapes, weights and options of the GAU (see the [module docs](super)).
 
+use crate::attention::AdditiveMask;
+
 /// Sizes of a GAU call (see the [module docs](super)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GauShape {
@@ -39,13 +41,54 @@ pub enum Normalizer {
     Value(f32),
 }
 
-/// Rotary position embedding on Q and K.
+/// Which dimensions of Q and K rotate together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rope {
-    /// Rotates the pairs `(2m, 2m+1)` (GPT-J, RoFormer).
+pub enum RopePairs {
+    /// The pairs `(2m, 2m+1)` (GPT-J, RoFormer, lucidrains' `rotary-embedding-torch`).
     Interleaved,
-    /// Rotates the pairs `(m, m + s/2)` (GPT-NeoX, LLaMA).
+    /// The pairs `(m, m + r/2)` of the rotated width `r` (GPT-NeoX, LLaMA).
     HalfSplit,
+}
+
+/// Rotary position embedding on Q and K: the first `width` dimensions (all `s` by default) turn
+/// pair by pair, pair `m` at position `t` by the angle `t·base^(−2m/width)`; the rest stay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    /// Which dimensions pair up.
+    pub pairs: RopePairs,
+    /// How many leading dimensions rotate: even, ≤ `s`; `None` for all `s` (then `s` must be
+    /// even). lucidrains' FLASH rotates 32 of its 128.
+    pub width: Option<usize>,
+    /// `θ`, finite and > 0: 10000 in RoFormer, LLaMA and most others.
+    pub base: f32,
+}
+
+impl Rope {
+    /// Interleaved pairs over the whole width, base 10000.
+    pub const INTERLEAVED: Rope = Rope {
+        pairs: RopePairs::Interleaved,
+        width: None,
+        base: 10000.0,
+    };
+    /// Half-split pairs over the whole width, base 10000.
+    pub const HALF_SPLIT: Rope = Rope {
+        pairs: RopePairs::HalfSplit,
+        width: None,
+        base: 10000.0,
+    };
+
+    /// This embedding on the first `width` dimensions only.
+    pub const fn with_width(self, width: usize) -> Rope {
+        Rope {
+            width: Some(width),
+            ..self
+        }
+    }
+
+    /// This embedding with base `θ`.
+    pub const fn with_base(self, base: f32) -> Rope {
+        Rope { base, ..self }
+    }
 }
 
 /// The weights of a GAU.
@@ -80,25 +123,35 @@ pub struct GauOptions<'a> {
     pub key_lengths: Option<&'a [usize]>,
     /// Query `i` sees only keys `j ≤ i`.
     pub causal: bool,
-    /// An additive score bias `B[T, T]`, shared by the batch (e.g. relative positions).
-    pub bias: Option<&'a [f32]>,
-    /// Rotary embedding of Q and K (`s` must be even).
+    /// An additive score bias `B` (relative positions, an arbitrary mask): `[T, T]` shared by
+    /// the batch, `[B, T, T]` per sequence (`PerBatch`; `PerHead` is the same for one head),
+    /// or `[B, T]` per key (`KeyPadding`, e.g. left padding). A −∞ disallows its key: it adds
+    /// nothing and is not counted in `n_i`.
+    pub bias: Option<AdditiveMask<'a>>,
+    /// Rotary embedding of Q and K.
     pub rope: Option<Rope>,
     /// The attention of the unit: the paper's `relu²` (default) or GAU-α's softmax-plus.
     pub attention: GauAttention,
 }
 
-/// Which attention the GAU applies to its scores `S = c·Q·Kᵀ + B`.
+/// Which attention the GAU applies to its scores `S = c·Q·Kᵀ + B`; `n_i` is the number of keys
+/// row `i` may see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GauAttention {
     /// `A = relu(S)²/l`, the paper's (FLASH); no normalization by a sum.
     #[default]
     Relu2,
+    /// `A = Φ((S − μ)/σ)/l = (1 + erf((S − μ)/(σ√2)))/(2l)` with `μ = √½`, `σ = 1/√(4π)`: the
+    /// Laplace attention function of Mega, which lucidrains' FLASH offers in place of `relu²`
+    /// (there with `l = 1`).
+    Laplace,
+    /// `A_ij = softmax_j(S_ij)` over the allowed keys (the normalizer `l` is not used).
+    Softmax,
     /// GAU-α's softmax-plus: `A_ij = softmax_j(S_ij·ln(max(n_i, min_len))/ln 512)` over the
-    /// allowed keys, `n_i` the number of keys row `i` sees (the normalizer `l` is not used).
-    /// `min_len = 512` leaves sequences up to 512 tokens with a plain softmax.
+    /// allowed keys (the normalizer `l` is not used). The released GAU-α code has no clamp
+    /// (`min_len = 1`); `min_len = 512` is a plain softmax up to 512 keys.
     SoftmaxPlus {
-        /// The length below which the factor is 1 (≥ 1).
+        /// The length below which the factor stays that of `min_len` (≥ 1).
         min_len: usize,
     },
 }

@@ -93,6 +93,17 @@ pub(crate) fn gelu<S: Simd>(s: S, x: S::V) -> S::V {
     s.select(s.eq(x, s.splat(f32::NEG_INFINITY)), s.splat(-0.0), y)
 }
 
+/// `Φ(y)`, the standard normal distribution function: the tail for `y < 0`, its complement
+/// otherwise (within 8 ulp, or 2⁻¹²⁶ absolute below 2⁻¹²⁶); `Φ(−∞) = 0`, `Φ(∞) = 1`, NaN
+/// for NaN.
+#[inline(always)]
+pub(crate) fn normal_cdf<S: Simd>(s: S, y: S::V) -> S::V {
+    let zero = s.splat(0.0);
+    let (e, g) = normal_tail(s, s.max(y, s.sub(zero, y)));
+    let tail = s.mul(e, g);
+    s.select(s.lt(y, zero), tail, s.sub(s.splat(1.0), tail))
+}
+
 /// `√(8/π)` and `0.044715·√(8/π)`: `v = x·(C1 + C3·x²)`.
 const C1: f32 = 1.595_769;
 const C3: f32 = 0.071_354_82;
