@@ -20,11 +20,20 @@
 //! (O(T²·(s+e)) in f64 with bounds) is too slow for the report: the error is "-" there. The
 //! composition is checked against the kernel of the same ISA on every case (a wrong baseline
 //! would make the ratio wrong).
+//!
+//! The `gau_options` rows run, at T = 256 dense, each option of the public implementations
+//! (Laplace, softmax, GAU-α's softmax-plus, 32 rotated dimensions with a prefix-LM mask and
+//! per-row key counts) interleaved with the paper's options on every vector ISA: their speed
+//! relative to the paper's (`vs paper` in `--json`, and a target line) and their error as a
+//! fraction of the oracle's bound.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use kernels::{GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels, PackedGauWeights};
+use kernels::{
+    AdditiveMask, GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Isa, Kernels, MaskShape, Normalizer,
+    PackedGauWeights, Rope,
+};
 
 use super::accuracy::normwise;
 use super::case::{fma_call_flops, fma_ratio, Context, Custom};
@@ -37,7 +46,7 @@ use crate::roofline::{self, FMA_ITERS};
 
 /// The kernels of this module, for the registry of the report.
 pub const FAMILY: Family = Family {
-    kernels: &["gau"],
+    kernels: &["gau", "gau_options"],
     cases: no_cases,
     custom,
     headlines: &[Headline::flops("gau", "T=256 dense")],
@@ -79,7 +88,140 @@ fn custom(plan: &Plan) -> Vec<Custom> {
             });
         }
     }
+    out.push(Custom {
+        kernel: "gau_options",
+        shape: format!("T={SMALL_LEN} {}", OPTIONS.map(|o| o.0).join(", ")),
+        measure: Box::new(measure_options),
+    });
     out
+}
+
+/// The options the public implementations use, each against the paper's in the same run:
+/// `(name, attention, partial RoPE and a prefix-LM mask)`.
+const OPTIONS: [(&str, GauAttention, bool); 4] = [
+    ("laplace", GauAttention::Laplace, false),
+    ("softmax", GauAttention::Softmax, false),
+    ("softmax-plus", GauAttention::SoftmaxPlus { min_len: 1 }, false),
+    ("rope32+prefix", GauAttention::Relu2, true),
+];
+
+/// The prefix of the prefix-LM rows: row `i` sees keys `j < PREFIX` or `j ≤ i`.
+const PREFIX: usize = 64;
+
+/// `gau_options` rows: at T = 256 dense, every printed vector ISA runs the paper's options and
+/// each of [`OPTIONS`], interleaved; a row per option gives its time, its speed-up over the
+/// paper's options (`vs paper`; below 1 is what the option costs) and its error as a fraction
+/// of the oracle's bound.
+fn measure_options(ctx: &Context) -> Result<Vec<Row>, ReportError> {
+    let fail = |msg: String| ReportError::new(format!("gau_options: {msg}"));
+    let len = SMALL_LEN;
+    let shape = shape(len);
+    let weights = Weights::new(&shape);
+    let w = weights.view();
+    let x = input(len);
+    let prefix: Vec<f32> = (0..len * len)
+        .map(|n| {
+            if n % len < PREFIX || n % len <= n / len {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    let opts = |o: Option<usize>| -> GauOptions<'_> {
+        let Some(o) = o else { return GauOptions::default() };
+        let (_, attention, masked) = OPTIONS[o];
+        GauOptions {
+            attention,
+            rope: masked.then_some(Rope::INTERLEAVED.with_width(32)),
+            bias: masked.then_some(AdditiveMask {
+                values: &prefix,
+                shape: MaskShape::Shared,
+            }),
+            normalizer: if masked {
+                Normalizer::ValidKeys
+            } else {
+                Normalizer::SeqLen
+            },
+            ..GauOptions::default()
+        }
+    };
+    let isas: Vec<usize> = (0..ctx.kernels.len())
+        .filter(|&i| ctx.kernels[i].isa() != Isa::Scalar && ctx.printed.contains(&ctx.kernels[i].isa()))
+        .collect();
+    // Contender `c`: ISA `isas[c / 5]`, options `c % 5` (0: the paper's, then `OPTIONS`).
+    let variant = |c: usize| (c % 5).checked_sub(1);
+    let mut workspaces: Vec<GauWorkspace> = isas.iter().map(|_| GauWorkspace::new()).collect();
+    let mut out = vec![0.0f32; len * DIM];
+    let mut run = |c: usize, out: &mut [f32]| {
+        let k = ctx.kernels[isas[c / 5]];
+        k.gau(
+            &shape,
+            black_box(&x[..]),
+            &w,
+            &opts(variant(c)),
+            out,
+            &mut workspaces[c / 5],
+        )
+        .map_err(|e| fail(format!("{} on {}: {e}", OPTIONS[variant(c).unwrap_or(0)].0, k.isa())))
+    };
+    let mut fractions = vec![None; isas.len() * 5];
+    for (o, (name, attention, masked)) in OPTIONS.iter().enumerate() {
+        let mut params = weights.params(false);
+        params.attention = match attention {
+            GauAttention::Laplace => reference::Attention::Laplace,
+            GauAttention::Softmax => reference::Attention::Softmax,
+            GauAttention::SoftmaxPlus { min_len } => reference::Attention::SoftmaxPlus(*min_len),
+            _ => reference::Attention::Relu2,
+        };
+        if *masked {
+            params.rope = Some(reference::Rope {
+                pairs: reference::RopePairs::Interleaved,
+                width: 32,
+                base: 10000.0,
+            });
+            params.bias = Some((&prefix, reference::MaskShape::Shared));
+            params.normalizer = reference::Normalizer::ValidKeys;
+        }
+        let exact = reference::gau(&to_reference(&shape), &x, &params);
+        for (i, &k) in isas.iter().enumerate() {
+            let c = i * 5 + o + 1;
+            run(c, &mut out)?;
+            let fraction = fraction_of(&exact, &out);
+            if fraction.is_nan() || fraction > 1.0 {
+                let isa = ctx.kernels[k].isa();
+                return Err(fail(format!("{name} on {isa}: {fraction} of the bound")));
+            }
+            fractions[c] = Some(fraction);
+        }
+    }
+    let samples = timing::interleaved(isas.len() * 5, &ctx.timing, |c| {
+        // Every call succeeded above.
+        let _ = run(c, &mut out);
+    });
+    let (flops, _) = flops(len, false);
+    let mut rows = Vec::new();
+    for (i, &k) in isas.iter().enumerate() {
+        for (o, (name, ..)) in OPTIONS.iter().enumerate() {
+            let c = i * 5 + o + 1;
+            rows.push(Row {
+                kernel: "gau_options".to_string(),
+                dtype: "f32".to_string(),
+                shape: format!("T={len} {name}"),
+                isa: ctx.kernels[k].isa().to_string(),
+                ns_per_iter: samples.median(c),
+                elements: Some((len * DIM) as f64),
+                flops: Some(flops),
+                bound_fraction: fractions[c],
+                within_bound: fractions[c].map(|f| f <= 1.0),
+                vs: vec![("paper".to_string(), samples.speedup(c, i * 5))],
+                rel_iqr: samples.rel_iqr(c),
+                rounds: samples.rounds(),
+                ..Row::default()
+            });
+        }
+    }
+    Ok(rows)
 }
 
 /// The GAU's shape at B = 1.
@@ -587,6 +729,15 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
         });
     }
     Ok(rows)
+}
+
+/// The worst `|O − Ô|` over the oracle's bound (NaN if an output is NaN), without running the
+/// oracle again for each ISA.
+fn fraction_of(exact: &reference::GauResult, out: &[f32]) -> f64 {
+    out.iter()
+        .zip(exact.out.iter().zip(&exact.bound))
+        .map(|(&o, (&e, &b))| (o as f64 - e).abs() / b)
+        .fold(0.0, |m, f| if f.is_nan() || m.is_nan() { f64::NAN } else { m.max(f) })
 }
 
 /// The oracle's shape.

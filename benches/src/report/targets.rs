@@ -216,6 +216,10 @@ fn gflops(r: &Row, _: &[Row]) -> Option<f64> {
     r.gflop_per_s()
 }
 
+fn vs_paper(r: &Row, _: &[Row]) -> Option<f64> {
+    r.vs("paper")
+}
+
 fn vs_unpacked(r: &Row, _: &[Row]) -> Option<f64> {
     r.vs_isa.iter().find(|(n, _)| n == "unpacked").map(|&(_, q)| q)
 }
@@ -685,6 +689,16 @@ pub const TARGETS: &[Target] = &[
         rows: gau_dense,
         value: vs_unpacked,
         goal: Goal::None,
+        unit: Unit::Times,
+    },
+    Target {
+        kernels: &["gau_options"],
+        isas: Isas::All,
+        measures: "Laplace, softmax, softmax-plus, partial RoPE with a prefix-LM mask: speed ÷ the paper's options",
+        label: "xpaper",
+        rows: f32_rows,
+        value: vs_paper,
+        goal: Goal::AtLeast(0.9),
         unit: Unit::Times,
     },
     // Linear: compute-bound from M = 128 on; at M = 16 it streams its weights.
