@@ -899,3 +899,380 @@ fn softmax_plus_with_a_zero_length_factor() {
         c.check(&k, &out).unwrap();
     }
 }
+
+/// Random weights in the layouts of the public implementations (see the module docs' table).
+struct Public {
+    batch: usize,
+    t: usize,
+    d: usize,
+    e: usize,
+    s: usize,
+    x: Vec<f32>,
+}
+
+impl Public {
+    fn new(batch: usize, t: usize, d: usize, e: usize, s: usize) -> Public {
+        let mut r = rng(77);
+        Public {
+            batch,
+            t,
+            d,
+            e,
+            s,
+            x: (0..batch * t * d).map(|_| 2.0 * r()).collect(),
+        }
+    }
+
+    fn shape(&self) -> GauShape {
+        GauShape {
+            batch: self.batch,
+            seq_len: self.t,
+            dim: self.d,
+            expand: self.e,
+            qk_dim: self.s,
+        }
+    }
+
+    /// `Σ_k x[b, i, k]·w(k)` in f64.
+    fn row_dot(&self, b: usize, i: usize, w: impl Fn(usize) -> f32) -> f64 {
+        (0..self.d)
+            .map(|k| self.x[(b * self.t + i) * self.d + k] as f64 * w(k) as f64)
+            .sum()
+    }
+}
+
+fn swish64(v: f64) -> f64 {
+    v / (1.0 + (-v).exp())
+}
+
+/// One row's `(u, v, q, k)` in f64.
+type Row64 = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// `O` of a GAU from per-row `(u, v, q, k)` in f64 and the row's attention weights, then
+/// `(u ⊙ A·v)·W_o + b_o` with `W_o` as `out(col, k)`.
+fn finish(
+    p: &Public,
+    uvqk: &[Row64],
+    a: impl Fn(usize, usize) -> f64,
+    out: impl Fn(usize, usize) -> f64,
+    b_out: impl Fn(usize) -> f64,
+) -> Vec<f64> {
+    let mut o = Vec::with_capacity(p.t * p.d);
+    for i in 0..p.t {
+        let g: Vec<f64> = (0..p.e)
+            .map(|c| uvqk[i].0[c] * (0..p.t).map(|j| a(i, j) * uvqk[j].1[c]).sum::<f64>())
+            .collect();
+        for col in 0..p.d {
+            o.push((0..p.e).map(|k| g[k] * out(col, k)).sum::<f64>() + b_out(col));
+        }
+    }
+    o
+}
+
+/// Checks a call against an implementation's own f64 output: within the oracle's bound of the
+/// mapped options (plus 10⁻⁹ relative for the two f64 computations' different orders).
+fn check_public(c: &Case, k: &Kernels, theirs: &[f64], what: &str) {
+    let out = c.run(k, &mut GauWorkspace::new());
+    let (rs, rp) = c.reference();
+    let bound = reference::gau(&rs, &c.x, &rp).bound;
+    for (n, (&got, &want)) in out.iter().zip(theirs).enumerate() {
+        assert!(
+            (got as f64 - want).abs() <= bound[n] + 1e-9 * want.abs(),
+            "{what}, {}: element {n}: {got} against {want} (bound {})",
+            k.isa(),
+            bound[n]
+        );
+    }
+}
+
+/// lucidrains' `GAU` (flash-pytorch), its norm and residual aside: `v, gate =
+/// to_hidden(x).chunk(2)` with SiLU, `qk = SiLU(to_qk(x))`, `q, k = OffsetScale(qk)`,
+/// `A = attn_fn((q·kᵀ + rel_pos)/T)` with `relu²` or the Laplace function, zeroed where the
+/// boolean key mask is false and above the diagonal when causal, `O = to_out((A·v)·gate)`.
+/// `nn.Linear` weights are `[out, in]`.
+#[test]
+fn lucidrains_gau_conventions() {
+    let p = Public::new(2, 37, 20, 40, 16);
+    let (t, d, e, s) = (p.t, p.d, p.e, p.s);
+    let mut r = rng(78);
+    let mut v = |n: usize, scale: f32| (0..n).map(|_| r() * scale).collect::<Vec<f32>>();
+    let (to_hidden, to_hidden_b) = (v(2 * e * d, 1.0 / (d as f32).sqrt()), v(2 * e, 0.3));
+    let (to_qk, to_qk_b) = (v(s * d, 1.0 / (d as f32).sqrt()), v(s, 0.3));
+    let (gamma, beta) = (v(2 * s, 1.5), v(2 * s, 0.3));
+    let (to_out, to_out_b) = (v(d * e, 1.0 / (e as f32).sqrt()), v(d, 0.3));
+    let rel_pos = v(t * t, 2.0);
+    // Sequence 1 masks its first 5 keys (left padding); sequence 0 none.
+    let mask = |b: usize, j: usize| b == 0 || j >= 5;
+    for (laplace, causal) in [(false, false), (true, true), (false, true)] {
+        let mut theirs = Vec::new();
+        for b in 0..2 {
+            let rows: Vec<_> = (0..t)
+                .map(|i| {
+                    let hidden: Vec<f64> = (0..2 * e)
+                        .map(|o| swish64(p.row_dot(b, i, |kk| to_hidden[o * d + kk]) + to_hidden_b[o] as f64))
+                        .collect();
+                    let qk: Vec<f64> = (0..s)
+                        .map(|o| swish64(p.row_dot(b, i, |kk| to_qk[o * d + kk]) + to_qk_b[o] as f64))
+                        .collect();
+                    let q: Vec<f64> = (0..s).map(|m| qk[m] * gamma[m] as f64 + beta[m] as f64).collect();
+                    let k: Vec<f64> = (0..s)
+                        .map(|m| qk[m] * gamma[s + m] as f64 + beta[s + m] as f64)
+                        .collect();
+                    // `v, gate = chunk(2)`: V is the first half.
+                    (hidden[e..].to_vec(), hidden[..e].to_vec(), q, k)
+                })
+                .collect();
+            let attn = |i: usize, j: usize| {
+                let sim: f64 = (0..s).map(|m| rows[i].2[m] * rows[j].3[m]).sum::<f64>() + rel_pos[i * t + j] as f64;
+                let x = sim / t as f64;
+                let a = if laplace {
+                    let (mu, std) = (0.5f64.sqrt(), (4.0 * std::f64::consts::PI).powf(-0.5));
+                    (1.0 + libm::erf((x - mu) / (std * 2f64.sqrt()))) * 0.5
+                } else {
+                    x.max(0.0).powi(2)
+                };
+                if !mask(b, j) || causal && j > i {
+                    0.0
+                } else {
+                    a
+                }
+            };
+            theirs.extend(finish(
+                &p,
+                &rows,
+                attn,
+                |col, kk| to_out[col * e + kk] as f64,
+                |col| to_out_b[col] as f64,
+            ));
+        }
+        // Ours: W_in = [gate | v | qk], transposed; the bias divided by T, −∞ where masked.
+        let w_in: Vec<f32> = (0..d * (2 * e + s))
+            .map(|n| {
+                let (kk, j) = (n / (2 * e + s), n % (2 * e + s));
+                match j {
+                    j if j < e => to_hidden[(e + j) * d + kk],
+                    j if j < 2 * e => to_hidden[(j - e) * d + kk],
+                    j => to_qk[(j - 2 * e) * d + kk],
+                }
+            })
+            .collect();
+        let b_in = [&to_hidden_b[e..], &to_hidden_b[..e], &to_qk_b[..]].concat();
+        let bias: Vec<f32> = (0..2 * t * t)
+            .map(|n| {
+                let (b, j) = (n / (t * t), n % t);
+                if mask(b, j) {
+                    rel_pos[n % (t * t)] / t as f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        let mut c = Case::new(p.shape(), 1);
+        c.x = p.x.clone();
+        c.w_in = w_in;
+        c.b_in = Some(b_in);
+        c.gq = gamma[..s].to_vec();
+        c.gk = gamma[s..].to_vec();
+        c.bq = beta[..s].to_vec();
+        c.bk = beta[s..].to_vec();
+        c.w_out = (0..e * d).map(|n| to_out[(n % d) * e + n / d]).collect();
+        c.b_out = Some(to_out_b.clone());
+        c.scale = ScoreScale::InvSeqLen;
+        c.normalizer = Normalizer::Value(1.0);
+        c.causal = causal;
+        c.bias = Some((bias, MaskShape::PerBatch));
+        c.attention = if laplace {
+            GauAttention::Laplace
+        } else {
+            GauAttention::Relu2
+        };
+        for k in all_kernels() {
+            check_public(
+                &c,
+                &k,
+                &theirs,
+                &format!("lucidrains laplace {laplace} causal {causal}"),
+            );
+        }
+    }
+}
+
+/// bert4keras' `GatedAttentionUnit` (and GAU-α, built on it): `u, v, qk = split(swish(i_dense(x)),
+/// [e, e, s])`, `q, k = ScaleOffset(qk)`, RoPE on interleaved pairs over all of `s` (base 10000),
+/// `a = q·kᵀ/√s + a_bias`, padded keys −∞, then `relu(a)²/l` or `softmax(a·ln(max(l, c))/ln 512)`
+/// with `l` the sequence's unpadded keys (`c = 16` from bert4keras 0.11.5, none before:
+/// GAU-α), and `O = o_dense(u ⊙ A·v)`. Keras `Dense` kernels are `[in, out]`. The `a_bias` is
+/// bert4keras' language-model mask, `−10¹²` above the diagonal: finite, so not counted out of
+/// `l`.
+#[test]
+fn bert4keras_and_gau_alpha_conventions() {
+    let p = Public::new(2, 41, 24, 36, 16);
+    let (t, d, e, s) = (p.t, p.d, p.e, p.s);
+    let w = 2 * e + s;
+    let mut r = rng(79);
+    let mut v = |n: usize, scale: f32| (0..n).map(|_| r() * scale).collect::<Vec<f32>>();
+    let (i_dense, i_bias) = (v(d * w, 1.0 / (d as f32).sqrt()), v(w, 0.3));
+    let (gamma, beta) = (v(2 * s, 1.5), v(2 * s, 0.3));
+    let (o_dense, o_bias) = (v(e * d, 1.0 / (e as f32).sqrt()), v(d, 0.3));
+    // The second sequence is shorter than the clamp of 16.
+    let lengths = [41usize, 11];
+    // (normalization, clamp, biases on, language-model mask)
+    for (method, clamp, biased, lm) in [
+        ("squared_relu", 1, true, false),
+        ("squared_relu", 1, true, true),
+        ("softmax_plus", 16, true, true),
+        ("softmax_plus", 1, false, false),
+        ("softmax", 1, true, false),
+    ] {
+        let on = |v: f32| if biased { v as f64 } else { 0.0 };
+        let mut theirs = Vec::new();
+        for (b, &len) in lengths.iter().enumerate() {
+            let rows: Vec<_> = (0..t)
+                .map(|i| {
+                    let h: Vec<f64> = (0..w)
+                        .map(|o| swish64(p.row_dot(b, i, |kk| i_dense[kk * w + o]) + on(i_bias[o])))
+                        .collect();
+                    let affine = |g: &[f32], be: &[f32]| -> Vec<f64> {
+                        let x: Vec<f64> = (0..s).map(|m| h[2 * e + m] * g[m] as f64 + on(be[m])).collect();
+                        // `x·cos + [−x₁, x₀]·sin` with `pos·10000^(−2m/s)`.
+                        (0..s)
+                            .map(|n| {
+                                let m = n / 2;
+                                let (sin, cos) = (i as f64 * 10000f64.powf(-2.0 * m as f64 / s as f64)).sin_cos();
+                                let other = if n % 2 == 0 { -x[n + 1] } else { x[n - 1] };
+                                x[n] * cos + other * sin
+                            })
+                            .collect()
+                    };
+                    (
+                        h[..e].to_vec(),
+                        h[e..2 * e].to_vec(),
+                        affine(&gamma[..s], &beta[..s]),
+                        affine(&gamma[s..], &beta[s..]),
+                    )
+                })
+                .collect();
+            let l = len as f64;
+            let score = |i: usize, j: usize| {
+                let a = (0..s).map(|m| rows[i].2[m] * rows[j].3[m]).sum::<f64>() / (s as f64).sqrt();
+                let a = if lm && j > i { a - 1e12 } else { a };
+                if j < len {
+                    a
+                } else {
+                    f64::NEG_INFINITY
+                }
+            };
+            let weights: Vec<Vec<f64>> = (0..t)
+                .map(|i| {
+                    let a: Vec<f64> = (0..t).map(|j| score(i, j)).collect();
+                    match method {
+                        "squared_relu" => a.iter().map(|x| x.max(0.0).powi(2) / l).collect(),
+                        _ => {
+                            let f = if method == "softmax" {
+                                1.0
+                            } else {
+                                l.max(clamp as f64).ln() / 512f64.ln()
+                            };
+                            let m = a.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x * f));
+                            let ex: Vec<f64> = a.iter().map(|&x| (x * f - m).exp()).collect();
+                            let sum: f64 = ex.iter().sum();
+                            ex.iter().map(|x| x / sum).collect()
+                        }
+                    }
+                })
+                .collect();
+            theirs.extend(finish(
+                &p,
+                &rows,
+                |i, j| weights[i][j],
+                |col, kk| o_dense[kk * d + col] as f64,
+                |col| on(o_bias[col]),
+            ));
+        }
+        let mut c = Case::new(p.shape(), 1);
+        c.x = p.x.clone();
+        c.w_in = i_dense.clone();
+        c.b_in = biased.then(|| i_bias.clone());
+        c.gq = gamma[..s].to_vec();
+        c.gk = gamma[s..].to_vec();
+        c.bq = if biased { beta[..s].to_vec() } else { vec![0.0; s] };
+        c.bk = if biased { beta[s..].to_vec() } else { vec![0.0; s] };
+        c.w_out = o_dense.clone();
+        c.b_out = biased.then(|| o_bias.clone());
+        c.scale = ScoreScale::InvSqrtQkDim;
+        c.normalizer = Normalizer::ValidKeys;
+        c.key_lengths = Some(lengths.to_vec());
+        c.rope = Some(Rope::INTERLEAVED);
+        c.bias = lm.then(|| {
+            let lm_mask = (0..t * t).map(|n| if n % t > n / t { -1e12 } else { 0.0 }).collect();
+            (lm_mask, MaskShape::Shared)
+        });
+        c.attention = match method {
+            "squared_relu" => GauAttention::Relu2,
+            "softmax" => GauAttention::Softmax,
+            _ => GauAttention::SoftmaxPlus { min_len: clamp },
+        };
+        for k in all_kernels() {
+            check_public(&c, &k, &theirs, &format!("bert4keras {method} clamp {clamp} lm {lm}"));
+        }
+    }
+}
+
+/// lucidrains' `RotaryEmbedding(dim = r)` as FLASH applies it to queries and keys of width
+/// `s > r`: the first `r` dimensions turn on interleaved pairs with frequencies over `r`, the
+/// rest stay; one call with `Rope::INTERLEAVED.with_width(r)`, checked on the scores' effect
+/// through the whole unit (`relu²`, the defaults otherwise).
+#[test]
+fn partial_rotary_conventions() {
+    let p = Public::new(1, 30, 16, 20, 24);
+    let (t, d, e, s, r) = (p.t, p.d, p.e, p.s, 8);
+    let c = {
+        let mut c = Case::new(p.shape(), 80);
+        c.x = p.x.clone();
+        c.rope = Some(Rope::INTERLEAVED.with_width(r).with_base(10000.0));
+        c
+    };
+    let w = 2 * e + s;
+    let rows: Vec<_> = (0..t)
+        .map(|i| {
+            let h: Vec<f64> = (0..w)
+                .map(|o| swish64(p.row_dot(0, i, |kk| c.w_in[kk * w + o]) + c.b_in.as_ref().unwrap()[o] as f64))
+                .collect();
+            let rotate = |g: &[f32], be: &[f32]| -> Vec<f64> {
+                let x: Vec<f64> = (0..s).map(|m| h[2 * e + m] * g[m] as f64 + be[m] as f64).collect();
+                // `rotate_half` pairs `(2m, 2m+1)` as `(−x₁, x₀)`; `freqs = θ^(−2m/r)`.
+                (0..s)
+                    .map(|n| {
+                        if n >= r {
+                            return x[n];
+                        }
+                        let (sin, cos) = (i as f64 * 10000f64.powf(-2.0 * (n / 2) as f64 / r as f64)).sin_cos();
+                        let half = if n % 2 == 0 { -x[n + 1] } else { x[n - 1] };
+                        x[n] * cos + half * sin
+                    })
+                    .collect()
+            };
+            (
+                h[..e].to_vec(),
+                h[e..2 * e].to_vec(),
+                rotate(&c.gq, &c.bq),
+                rotate(&c.gk, &c.bk),
+            )
+        })
+        .collect();
+    let a = |i: usize, j: usize| {
+        let sc = (0..s).map(|m| rows[i].2[m] * rows[j].3[m]).sum::<f64>() / (s as f64).sqrt();
+        sc.max(0.0).powi(2) / t as f64
+    };
+    let b_out = c.b_out.clone().unwrap();
+    let theirs = finish(
+        &p,
+        &rows,
+        a,
+        |col, kk| c.w_out[kk * d + col] as f64,
+        |col| b_out[col] as f64,
+    );
+    for k in all_kernels() {
+        check_public(&c, &k, &theirs, "partial rotary");
+    }
+}

@@ -174,8 +174,11 @@ fn gate((u, ue): (f64, f64), (av, ae): (f64, f64)) -> (f64, f64) {
 
 /// One row of softmax-plus's weights with their error terms, for [`SoftmaxRow::av`].
 struct SoftmaxRow {
-    /// `(j, w_j, e_j, softmax rounding of w_j)` for each allowed key.
+    /// `(j, w_j, e_j, softmax rounding of w_j)` for each allowed key that may weigh.
     keys: Vec<(usize, f64, f64, f64)>,
+    /// `(j, w_j, ŵ_j)` for each allowed key whose weight stays below `ŵ_j ≤ 2⁻²⁰⁰` whatever
+    /// its error (a finite `−10¹²` mask, say).
+    dead: Vec<(usize, f64, f64)>,
     /// The relative remainder beyond first order, `ρ`.
     rest: f64,
     /// `e^(2E)`: how far any weight may grow.
@@ -201,6 +204,10 @@ impl SoftmaxRow {
     /// subtraction of the max, `exp` to 2 ulp, the rescales, the `T`-term sums and the
     /// division) do not depend on the scores: `(|z_j − m| + 3T + 16)·u` relative per weight,
     /// costing `|v_j|`, as does the `A·V` sum with `(T + 2)·u`.
+    ///
+    /// A key whose weight is at most `ŵ_j = exp(z_j + e_j − max_k(z_k − e_k)) ≤ 2⁻²⁰⁰`
+    /// whatever the errors (one masked by a finite `−10¹²`, whose error bound is huge) is left
+    /// out of `E`: it costs `2ŵ_j·(|v_j| + |o|)` plus what its weight may take from the others.
     fn new(sc: &[(f64, f64)], f: f64, t: usize) -> SoftmaxRow {
         // Masked keys stay −∞ (with f = 0, −∞·f would be NaN).
         let z: Vec<f64> = sc
@@ -210,15 +217,23 @@ impl SoftmaxRow {
         let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let allowed = || (0..z.len()).filter(|&j| z[j] > f64::NEG_INFINITY);
         let d: f64 = allowed().map(|j| (z[j] - m).exp()).sum();
-        let keys: Vec<_> = allowed()
-            .map(|j| {
+        let err = |j: usize| f * sc[j].1 + 2.0 * U * z[j].abs();
+        let low = allowed().map(|j| z[j] - err(j)).fold(f64::NEG_INFINITY, f64::max);
+        let (mut keys, mut dead) = (Vec::new(), Vec::new());
+        for j in allowed() {
+            let w = (z[j] - m).exp() / d;
+            let most = (z[j] + err(j) - low).exp();
+            if most <= 2f64.powi(-200) {
+                dead.push((j, w, most));
+            } else {
                 let rounding = ((z[j] - m).abs() + 3.0 * t as f64 + 16.0) * U;
-                (j, (z[j] - m).exp() / d, f * sc[j].1 + 2.0 * U * z[j].abs(), rounding)
-            })
-            .collect();
+                keys.push((j, w, err(j), rounding));
+            }
+        }
         let big = keys.iter().map(|k| k.2).fold(0.0, f64::max);
         SoftmaxRow {
             keys,
+            dead,
             rest: big.exp_m1() - big + 2.0 * big.sinh() * big.exp_m1() * big.exp(),
             grow: (2.0 * big).exp(),
             sum: (t as f64 + 2.0) * U,
@@ -228,12 +243,18 @@ impl SoftmaxRow {
     /// `(value, error)` of `Σ_j w_j·v_j` for a column `v` of V with its errors; `(0, 0)` for
     /// a row without keys.
     fn av(&self, v: impl Fn(usize) -> (f64, f64)) -> (f64, f64) {
-        let o: f64 = self.keys.iter().map(|&(j, w, ..)| w * v(j).0).sum();
+        let o: f64 = self.keys.iter().map(|&(j, w, ..)| w * v(j).0).sum::<f64>()
+            + self.dead.iter().map(|&(j, w, _)| w * v(j).0).sum::<f64>();
+        let mass: f64 = self.dead.iter().map(|d| d.2).sum();
         let mut bound = 0.0;
+        for &(j, _, most) in &self.dead {
+            bound += 2.0 * most * (v(j).0.abs() + o.abs()) + 2.0 * SUB;
+        }
         for &(j, w, e, rounding) in &self.keys {
             let (vj, ev) = v(j);
             let grow = self.grow * (1.0 + rounding);
             bound += w * (e + self.rest) * (vj - o).abs()
+                + w * mass * (vj.abs() + o.abs())
                 + w * (rounding * self.grow + self.sum * grow) * vj.abs()
                 + w * grow * ev
                 + 2.0 * SUB;
