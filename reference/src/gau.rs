@@ -151,7 +151,8 @@ fn dot(n: usize, a: impl Fn(usize) -> (f64, f64), b: impl Fn(usize) -> (f64, f64
 /// `(value, error)` of Laplace's `Φ((S − μ)/σ)/l` for a score `S` with error `ε`. The kernel
 /// forms `y = (S − μ)·(1/σ)` with two roundings and `1/σ` rounded once (`ε/σ + 3u·|y|`), which
 /// `Φ` turns into at most `φ(y')·err(y)` with `y'` the point of the interval nearest 0; `Φ`
-/// itself is within 8 ulp (or 2⁻¹²⁶), and `1/l` and the product add a rounding each.
+/// itself is within 8 ulp (`16u` relative, or 2⁻¹²⁶), and `1/l` and the product add a rounding
+/// each.
 fn laplace(sv: f64, serr: f64, l: f64) -> (f64, f64) {
     let (mu, inv_sigma) = (0.5f64.sqrt(), (4.0 * std::f64::consts::PI).sqrt());
     let y = (sv - mu) * inv_sigma;
@@ -162,7 +163,7 @@ fn laplace(sv: f64, serr: f64, l: f64) -> (f64, f64) {
     let av = cdf / l;
     (
         av,
-        (pdf * ey + 8.0 * U * cdf + TINY) / l.abs() + 2.0 * U * av + 2.0 * SUB,
+        (pdf * ey + 16.0 * U * cdf + TINY) / l.abs() + 2.0 * U * av + 2.0 * SUB,
     )
 }
 

@@ -130,7 +130,8 @@ pub struct GauOptions<'a> {
     pub bias: Option<AdditiveMask<'a>>,
     /// Rotary embedding of Q and K.
     pub rope: Option<Rope>,
-    /// The attention of the unit: the paper's `relu²` (default) or GAU-α's softmax-plus.
+    /// The attention of the unit: the paper's `relu²` (default), Laplace, softmax or GAU-α's
+    /// softmax-plus.
     pub attention: GauAttention,
 }
 

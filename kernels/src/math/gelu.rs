@@ -93,9 +93,10 @@ pub(crate) fn gelu<S: Simd>(s: S, x: S::V) -> S::V {
     s.select(s.eq(x, s.splat(f32::NEG_INFINITY)), s.splat(-0.0), y)
 }
 
-/// `Φ(y)`, the standard normal distribution function: the tail for `y < 0`, its complement
-/// otherwise (within 8 ulp, or 2⁻¹²⁶ absolute below 2⁻¹²⁶); `Φ(−∞) = 0`, `Φ(∞) = 1`, NaN
-/// for NaN.
+/// `Φ(y)`, the standard normal distribution function: the tail `e·g` for `y < 0` (within the
+/// 6 ulp of `gelu`'s negative half, which rounds once more), `1 − e·g` otherwise (the tail is
+/// at most ½, so its error is at most 3 ulp of the result, plus the subtraction's rounding):
+/// within 8 ulp, or 2⁻¹²⁶ absolute below 2⁻¹²⁶. `Φ(−∞) = 0`, `Φ(∞) = 1`, NaN for NaN.
 #[inline(always)]
 pub(crate) fn normal_cdf<S: Simd>(s: S, y: S::V) -> S::V {
     let zero = s.splat(0.0);
