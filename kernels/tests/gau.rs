@@ -411,9 +411,9 @@ proptest! {
     }
 }
 
-/// Tile-sized shapes: several row blocks and key tiles, every option on.
-#[test]
-fn larger_shapes_match_oracle() {
+/// A tile-sized case (several row blocks and key tiles): B = 2, T = 150 (the second sequence
+/// with 101 keys), d = 40, e = 72, s = 24, a shared bias, and the options given.
+fn tile_case(causal: bool, rope: Option<Rope>, attention: GauAttention) -> Case {
     let shape = GauShape {
         batch: 2,
         seq_len: 150,
@@ -421,20 +421,27 @@ fn larger_shapes_match_oracle() {
         expand: 72,
         qk_dim: 24,
     };
+    let mut c = Case::new(shape, 11);
+    c.causal = causal;
+    c.rope = rope;
+    c.attention = attention;
+    c.key_lengths = Some(vec![150, 101]);
+    c.bias = Some((
+        (0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect(),
+        MaskShape::Shared,
+    ));
+    c
+}
+
+/// Tile-sized shapes: several row blocks and key tiles, every option on.
+#[test]
+fn larger_shapes_match_oracle() {
     for (causal, rope, attention) in [
         (false, None, GauAttention::Relu2),
         (true, Some(Rope::HALF_SPLIT), GauAttention::Relu2),
         (true, Some(Rope::INTERLEAVED), GauAttention::SoftmaxPlus { min_len: 16 }),
     ] {
-        let mut c = Case::new(shape, 11);
-        c.causal = causal;
-        c.rope = rope;
-        c.attention = attention;
-        c.key_lengths = Some(vec![150, 101]);
-        c.bias = Some((
-            (0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect(),
-            MaskShape::Shared,
-        ));
+        let c = tile_case(causal, rope, attention);
         for k in all_kernels() {
             let out = c.run(&k, &mut GauWorkspace::new());
             c.check(&k, &out).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
@@ -449,14 +456,6 @@ fn larger_shapes_match_oracle() {
 /// barely depends on its scale, and no rounding bound could see that mistake there.
 #[test]
 fn bound_fails_a_wrong_scale_normalizer_or_bias() {
-    let shape = GauShape {
-        batch: 2,
-        seq_len: 150,
-        dim: 40,
-        expand: 72,
-        qk_dim: 24,
-    };
-    let t = shape.seq_len as f32;
     for (causal, rope, attention) in [
         (false, None, GauAttention::Relu2),
         (true, Some(Rope::HALF_SPLIT), GauAttention::Relu2),
@@ -469,18 +468,11 @@ fn bound_fails_a_wrong_scale_normalizer_or_bias() {
         (false, None, GauAttention::Laplace),
         (true, Some(Rope::INTERLEAVED.with_width(8)), GauAttention::Softmax),
     ] {
-        let mut c = Case::new(shape, 11);
+        let mut c = tile_case(causal, rope, attention);
         for g in c.gq.iter_mut().chain(c.gk.iter_mut()) {
             *g *= 2.0;
         }
-        c.causal = causal;
-        c.rope = rope;
-        c.attention = attention;
-        c.key_lengths = Some(vec![150, 101]);
-        c.bias = Some((
-            (0..150 * 150).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect(),
-            MaskShape::Shared,
-        ));
+        let (shape, t) = (c.shape, c.shape.seq_len as f32);
         let mutant = |what: &'static str, change: &dyn Fn(&mut Case)| {
             let mut m = c.clone();
             change(&mut m);
