@@ -573,11 +573,18 @@ unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
         let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
         let mut states = [RowSoftmax::<S, MR>::new(s); ROW_BLOCKS];
         let mut alphas = [[s.splat(1.0); MR]; ROW_BLOCKS];
-        // `n_i` of each row, as `scores` maps the rows of a micro-block.
+        // `n_i` of each row of the block's micro-blocks, as `scores` maps their rows; only
+        // where the attention reads it.
+        let counted = matches!(c.attention, GauAttention::SoftmaxPlus { .. })
+            || c.normalizer == Normalizer::ValidKeys && !matches!(c.attention, GauAttention::Softmax);
         let counts: [[usize; MR]; ROW_BLOCKS] = array::from_fn(|m| {
             array::from_fn(|r| {
                 let i = (i0 + m * MR + r).min(i0 + rows - 1);
-                keys_seen(c, b, i, if c.causal { valid.min(i + 1) } else { valid })
+                if counted && m < micro {
+                    keys_seen(c, b, i, if c.causal { valid.min(i + 1) } else { valid })
+                } else {
+                    0
+                }
             })
         });
         for tt in 0..key_end.div_ceil(nr) {
