@@ -163,7 +163,13 @@ fn measure_options(ctx: &Context) -> Result<Vec<Row>, ReportError> {
             out,
             &mut workspaces[c / 5],
         )
-        .map_err(|e| fail(format!("{} on {}: {e}", OPTIONS[variant(c).unwrap_or(0)].0, k.isa())))
+        .map_err(|e| {
+            fail(format!(
+                "{} on {}: {e}",
+                variant(c).map_or("paper", |o| OPTIONS[o].0),
+                k.isa()
+            ))
+        })
     };
     let mut fractions = vec![None; isas.len() * 5];
     for (o, (name, attention, masked)) in OPTIONS.iter().enumerate() {
