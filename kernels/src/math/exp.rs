@@ -107,6 +107,15 @@ pub(crate) fn exp_nonpositive<S: Simd>(s: S, x: S::V) -> S::V {
     s.mul(poly(s, r), s.pow2_of_shifted(t))
 }
 
+/// `e^(x + x_lo)` for `x ∈ [−88, 0]` (or NaN) and `|x_lo| ≤ 2⁻²³·|x|`, a value carried in two
+/// floats; results below 2⁻¹²⁶ flush to +0 as in [`exp_nonpositive`]. `x_lo` joins the reduced
+/// argument, where it is not lost to the rounding of `x`: the error is `exp`'s.
+#[inline(always)]
+pub(crate) fn exp_nonpositive_sum<S: Simd>(s: S, x: S::V, x_lo: S::V) -> S::V {
+    let (t, _, r) = reduce(s, x);
+    s.mul(poly(s, s.add(r, x_lo)), s.pow2_of_shifted(t))
+}
+
 /// [`exp`] as a [`super::Map`].
 #[derive(Clone, Copy)]
 pub(crate) struct Exp;

@@ -8,17 +8,19 @@
 //!
 //! **erf form.** With `a = |x|`, the lower tail `Φ(−a) = e^(−a²/2)·G(a)`, where `G(a) =
 //! Φ(−a)·e^(a²/2)` falls smoothly from ½ to `≈ 1/(a√(2π))`; then `gelu(x) = x·Φ(−a)` for
-//! `x < 0` and `x·(1 − Φ(−a))` for `x ≥ 0`. Computing the tail, not `½(1 + erf(x/√2))`, keeps
+//! `x ≤ 0` and `x − x·Φ(−a)` for `x > 0`. Computing the tail, not `½(1 + erf(x/√2))`, keeps
 //! the relative precision of the negative half, where `1 + erf` would cancel (PyTorch's f32
 //! GELU loses every digit below `x ≈ −5` that way).
-//! - `G(a) = t·P(s)` with `t = 3/(3 + a)` and `P` a degree-10 minimax polynomial (relative
-//!   error 0.43·2⁻²⁴ with f32 coefficients over `a ≤ 14`, beyond which `|gelu|` is below
-//!   2⁻¹²⁶; fit by `scripts/fit_gelu_poly.py`) in `s = (17t − 10)/7 ∈ [−1, 1]`, where its
-//!   coefficients fall fast and Horner's rounding stays small. Both `t` and `s` come from one
-//!   division: `t = 21/(21 + 7a)`, `s = (21 − 10a)/(21 + 7a)`.
-//! - `e^(−a²/2)` is computed from `a² = w + w_l` split exactly by an FMA, as
-//!   `exp(−w/2)·(1 − w_l/2)`: the rounding of `a²` alone would cost `a²/2` ulp (50 ulp at
-//!   `x = −10`).
+//! - `x` is first clamped to `±13.25`: past it `e^(−a²/2) < 0.65·2⁻¹²⁶` flushes to +0, and
+//!   `|x·Φ(x)|` for `x < −13.25` is below 2⁻¹²⁷, so the negative half rounds to −0 there, and
+//!   the positive half is `x` (also for `+∞`, and `−∞` needs no special case).
+//! - `G(a) = d·Q(s)` with `d = 1/(a + 3)`, `s = 7.359375·d − 1.453125 ∈ [−1, 1]` (both constants
+//!   exact in f32) and `Q` a degree-10 minimax polynomial (relative error 0.28·2⁻²⁴ with its f32
+//!   coefficients; fit by `scripts/fit_gelu_poly.py`). In `d` the function is smooth over the
+//!   whole range, so one division replaces a table of intervals, and `s` costs one FMA.
+//! - `e^(−a²/2)` is computed from `−a²/2 = h + h_l` split exactly by an FMA, `h_l` added to the
+//!   reduced argument of the exponential: the rounding of `a²` alone would cost `a²/2` ulp (50
+//!   ulp at `x = −10`).
 //!
 //! **tanh form.** `x·σ(v)` with the crate's sigmoid; `v = x·(c₁ + c₂x²)` is rounded in f32, and
 //! `σ`'s relative sensitivity to its argument is `1 − σ(v) ≤ 1`, so the error grows by about
@@ -34,63 +36,71 @@
 //! `−∞` gives `−0` (the limit).
 
 use super::activation::sigmoid;
-use super::exp::exp;
+use super::exp::exp_nonpositive_sum;
 use super::Map;
 use crate::element::Element;
 use crate::simd::Simd;
 
-/// `P(s)`, highest degree first: `G(a) = t·P(s)` (see the module docs).
+/// `Q(s)`, highest degree first: `G(a) = d·Q(s)` (see the module docs).
 const TAIL: [f32; 11] = [
-    2.601_684_6e-6,
-    -2.040_115_8e-6,
-    -2.657_350_3e-5,
-    4.929_92e-5,
-    2.118_397e-4,
-    -6.689_370_5e-4,
-    -2.445_999_3e-3,
-    7.047_019e-3,
-    5.713_153e-2,
-    1.632_421_2e-1,
-    2.754_591_4e-1,
+    7.0393307e-6,
+    -4.8670845e-6,
+    -7.399134e-5,
+    0.0001318539,
+    0.0006078119,
+    -0.0018717677,
+    -0.007144111,
+    0.020225624,
+    0.16859856,
+    0.48822755,
+    0.8312963,
 ];
 
-/// `Φ(−a)` for `a ≥ 0` as the two factors `(e^(−a²/2), G(a))` (NaN for NaN): the product of a
-/// subnormal `e` with `G < ½` would lose the bits that `gelu`'s final product by `x` needs back.
+/// `s = ALPHA·d + BETA` maps `d = 1/(a + 3)`, `a ∈ [0, CLAMP]`, onto `[−1, 1]`.
+const ALPHA: f32 = 7.359_375;
+const BETA: f32 = -1.453_125;
+
+/// Where `|x|` is clamped (module docs): `−CLAMP²/2 ≥ −88`, the domain of
+/// [`exp_nonpositive_sum`].
+const CLAMP: f32 = 13.25;
+
+/// `|x|` clamped to `CLAMP`, NaN for NaN, and `x` clamped likewise.
+#[inline(always)]
+fn clamped<S: Simd>(s: S, x: S::V) -> (S::V, S::V) {
+    // `x` is the first operand of `max`/`min`, so a NaN survives.
+    let x = s.min(s.max(x, s.splat(-CLAMP)), s.splat(CLAMP));
+    (s.max(x, s.sub(s.splat(0.0), x)), x)
+}
+
+/// `Φ(−a)` for `a ∈ [0, CLAMP]` as the two factors `(e^(−a²/2), G(a))` (NaN for NaN): `gelu`
+/// multiplies `x` by `G` first, so that near the underflow the product keeps the bits that `e·G`
+/// alone would round away.
 #[inline(always)]
 pub(crate) fn normal_tail<S: Simd>(s: S, a: S::V) -> (S::V, S::V) {
-    // Past 15, `e^(−a²/2)` rounds to +0 and so does the tail; the clamp keeps `a²` finite
-    // (`w_l` would be NaN at ∞).
-    let a = s.min(a, s.splat(15.0));
-    let w = s.mul(a, a);
-    // `a² = w + w_l` exactly.
-    let w_l = s.mul_add(a, a, s.sub(s.splat(0.0), w));
-    let half = s.splat(-0.5);
-    let e = exp(s, s.mul(w, half));
-    // `e^(−(w + w_l)/2) = e^(−w/2)·(1 − w_l/2)` to first order (`|w_l| ≤ u·w`).
-    let e = s.mul_add(e, s.mul(w_l, half), e);
-    let d = s.div(s.splat(1.0), s.mul_add(a, s.splat(7.0), s.splat(21.0)));
-    let arg = s.mul(s.mul_add(a, s.splat(-10.0), s.splat(21.0)), d);
-    let mut p = s.splat(TAIL[0]);
+    // `−a²/2 = h + h_l` exactly (`−a/2` is exact).
+    let na = s.mul(a, s.splat(-0.5));
+    let h = s.mul(na, a);
+    let h_l = s.mul_add(na, a, s.mul(h, s.splat(-1.0)));
+    let e = exp_nonpositive_sum(s, h, h_l);
+    let d = s.div(s.splat(1.0), s.add(a, s.splat(3.0)));
+    let arg = s.mul_add(d, s.splat(ALPHA), s.splat(BETA));
+    let mut q = s.splat(TAIL[0]);
     for &c in &TAIL[1..] {
-        p = s.mul_add(p, arg, s.splat(c));
+        q = s.mul_add(q, arg, s.splat(c));
     }
-    // `t = 21·d`.
-    (e, s.mul(s.mul(d, s.splat(21.0)), p))
+    (e, s.mul(d, q))
 }
 
 /// `gelu(x) = x·Φ(x)`.
 #[inline(always)]
 pub(crate) fn gelu<S: Simd>(s: S, x: S::V) -> S::V {
-    let zero = s.splat(0.0);
-    // `max(x, −x) = |x|`, NaN for NaN (x86's max returns the second operand, also NaN).
-    let (e, g) = normal_tail(s, s.max(x, s.sub(zero, x)));
-    let negative = s.lt(x, zero);
-    // `x·g` first: near the underflow, `e·g` alone would be subnormal where `x·e·g` is not.
-    let below = s.mul(s.mul(x, g), e);
-    let above = s.mul(x, s.sub(s.splat(1.0), s.mul(e, g)));
-    let y = s.select(negative, below, above);
-    // `−∞·Φ(−∞) = −∞·0`: the limit is −0.
-    s.select(s.eq(x, s.splat(f32::NEG_INFINITY)), s.splat(-0.0), y)
+    let (a, xc) = clamped(s, x);
+    let (e, g) = normal_tail(s, a);
+    // `x·Φ(−a)`: `x·g` first, see `normal_tail`.
+    let below = s.mul(s.mul(xc, g), e);
+    // `x > 0`: `x − x·Φ(−x)`, with `x·Φ(−x) ≤ x/2`, so no digit cancels; `x` unclamped, so
+    // that `+∞` stays. `x ≤ 0` (`−0`, NaN too): `x·Φ(x)`.
+    s.select(s.lt(s.splat(0.0), x), s.sub(x, below), below)
 }
 
 /// `Φ(y)`, the standard normal distribution function: the tail `e·g` for `y < 0` (within the
@@ -99,10 +109,9 @@ pub(crate) fn gelu<S: Simd>(s: S, x: S::V) -> S::V {
 /// within 8 ulp, or 2⁻¹²⁶ absolute below 2⁻¹²⁶. `Φ(−∞) = 0`, `Φ(∞) = 1`, NaN for NaN.
 #[inline(always)]
 pub(crate) fn normal_cdf<S: Simd>(s: S, y: S::V) -> S::V {
-    let zero = s.splat(0.0);
-    let (e, g) = normal_tail(s, s.max(y, s.sub(zero, y)));
+    let (e, g) = normal_tail(s, clamped(s, y).0);
     let tail = s.mul(e, g);
-    s.select(s.lt(y, zero), tail, s.sub(s.splat(1.0), tail))
+    s.select(s.lt(y, s.splat(0.0)), tail, s.sub(s.splat(1.0), tail))
 }
 
 /// `√(8/π)` and `0.044715·√(8/π)`: `v = x·(C1 + C3·x²)`.
