@@ -61,6 +61,13 @@
 //! floats or more the second sweep prefetches the next row's `x` and `y`, so that their
 //! memory traffic overlaps this row's arithmetic.
 //!
+//! Rows of at most 256 values go in groups of up to 16 rows (2048 values): each sweep runs
+//! over every row of the group before the next one starts. A short row's sweeps are one chain
+//! of dependent steps (the maximum's horizontal reduction feeds its exponentials, the sum's
+//! reduction and reciprocal feed its products), longer than its arithmetic; a group's rows are
+//! independent, so the core overlaps their chains. Each row still runs the single-row steps,
+//! so the bits do not depend on the grouping.
+//!
 //! NaN propagation does not rely on the max: x86's `maxps` drops a NaN, but a NaN `z_j` still
 //! makes its `exp(z_j − m)` NaN, hence `d` NaN, hence the whole row NaN. The one case the sum
 //! cannot see is a row whose only unmasked entries are NaN (the max is then −∞); the
@@ -338,6 +345,13 @@ unsafe fn softmax_rows<S: Simd, E: Element>(s: S, call: &SoftmaxCall<E>) {
 /// (32 KiB, within L1) between the second and third sweeps; longer ones recompute it.
 const SCRATCH: usize = 8192;
 
+/// Rows at most this long go in groups (see [`grouped_rows`]).
+const GROUP_MAX_LEN: usize = 256;
+/// The most rows in a group, and the most elements: a group's `x` and `y` (or its f32
+/// exponentials) stay in L1 from one sweep to the next.
+const GROUP_ROWS: usize = 16;
+const GROUP_ELEMENTS: usize = 2048;
+
 #[inline(always)]
 unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(s: S, call: &SoftmaxCall<E>) {
     let n = call.n;
@@ -349,6 +363,11 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
     } else {
         std::ptr::null_mut()
     };
+    if n <= GROUP_MAX_LEN {
+        // SAFETY: forwarded; `buffer` holds `SCRATCH ≥ GROUP_ELEMENTS` floats.
+        unsafe { grouped_rows::<S, E, MASK, SCALE, LOG>(s, call, buffer) };
+        return;
+    }
     for r in 0..call.rows {
         // The next row's lines, fetched during this row's compute-bound sweep, so that memory
         // traffic overlaps the arithmetic instead of following it. Short rows are left to the
@@ -363,15 +382,103 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
         };
         // SAFETY: row `r` lies inside the `rows·n` elements the caller vouched for.
         unsafe {
-            let z = Scores::<S, E, MASK, SCALE> {
-                x: call.src.add(r * n),
-                mask: call.mask,
-                scale: s.splat(call.scale),
-            };
+            let z = scores::<S, E, MASK, SCALE>(s, call, r);
             let y = call.dst.add(r * n);
             let exps = if E::IS_F32 { y.cast() } else { buffer };
-            row::<S, E, MASK, SCALE, LOG>(s, z, y, exps, n, call.masked_rows, ahead);
+            let m = row_max(s, &z, n);
+            if m == f32::NEG_INFINITY {
+                masked_row(s, &z, y, n, call.masked_rows, LOG);
+                continue;
+            }
+            let total = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps, n, m, ahead);
+            row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps, n, m, total);
         }
+    }
+}
+
+/// Short rows, a group at a time: each sweep runs over every row of the group before the next
+/// sweep starts. A row's sweeps form one chain of dependent steps (its maximum's horizontal
+/// reduction feeds every exponential, its sum's reduction and reciprocal feed every product),
+/// which for a row of a few vectors is longer than its work; the rows of a group are
+/// independent, so the core overlaps their chains. Every row runs the single-row path's
+/// functions, so the bits do not depend on how rows fall into groups (or threads).
+///
+/// # Safety
+/// As [`SoftmaxCall`]; `n ≤ GROUP_MAX_LEN`; `buffer` holds `SCRATCH` writable floats.
+#[inline(always)]
+unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    call: &SoftmaxCall<E>,
+    buffer: *mut f32,
+) {
+    let n = call.n;
+    let group = (GROUP_ELEMENTS / n).clamp(1, GROUP_ROWS);
+    let mut first = 0;
+    while first < call.rows {
+        let count = group.min(call.rows - first);
+        // Sweep 2 of each row fetches the same row of the next group, so that the next group's
+        // memory traffic overlaps this group's arithmetic.
+        let next = first + count;
+        let ahead = |j: usize| {
+            if next + j < call.rows {
+                [
+                    call.src.wrapping_add((next + j) * n).cast::<u8>(),
+                    call.dst.wrapping_add((next + j) * n).cast_const().cast::<u8>(),
+                ]
+            } else {
+                [std::ptr::null(); 2]
+            }
+        };
+        let mut m = [0.0f32; GROUP_ROWS];
+        let mut total = [0.0f64; GROUP_ROWS];
+        // SAFETY: rows `first..first + count` lie inside the call; the f32 exponentials of
+        // row `j` of the group go to `y` itself or to `buffer[j·n..]`, within `SCRATCH`.
+        unsafe {
+            let exps = |j: usize| {
+                if E::IS_F32 {
+                    call.dst.add((first + j) * n).cast::<f32>()
+                } else {
+                    buffer.add(j * n)
+                }
+            };
+            for (j, m) in m.iter_mut().enumerate().take(count) {
+                *m = row_max(s, &scores::<S, E, MASK, SCALE>(s, call, first + j), n);
+            }
+            for j in 0..count {
+                let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
+                if m[j] == f32::NEG_INFINITY {
+                    masked_row(s, &z, call.dst.add((first + j) * n), n, call.masked_rows, LOG);
+                } else {
+                    total[j] = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), n, m[j], ahead(j));
+                }
+            }
+            for j in 0..count {
+                if m[j] != f32::NEG_INFINITY {
+                    let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
+                    let y = call.dst.add((first + j) * n);
+                    row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps(j), n, m[j], total[j]);
+                }
+            }
+        }
+        first += count;
+    }
+}
+
+/// The scores of row `r` of a call.
+///
+/// # Safety
+/// `r < call.rows`.
+#[inline(always)]
+unsafe fn scores<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
+    s: S,
+    call: &SoftmaxCall<E>,
+    r: usize,
+) -> Scores<S, E, MASK, SCALE> {
+    Scores {
+        // SAFETY: row `r` lies inside the call.
+        x: unsafe { call.src.add(r * call.n) },
+        mask: call.mask,
+        scale: s.splat(call.scale),
     }
 }
 
@@ -441,32 +548,22 @@ const PREFETCH_MIN_LEN: usize = 512;
 /// error of the sum by `(8 − 1) + 2 + log₂ LANES` roundings, whatever `n` is.
 const CHUNK_STEPS: usize = 8;
 
-/// One row: `y = softmax(z)` or `log_softmax(z)`, keeping `exp(z − m)` in `exps` between
-/// sweeps 2 and 3 (recomputing it when `exps` is null).
+/// Sweep 1 of a row: `m = max z`. (The partial and single vectors go to separate
+/// accumulators.)
 ///
 /// # Safety
-/// `z` covers `n` elements; `y` covers `n` writable elements, equal to `z.x` if they overlap;
-/// `exps` is null or covers `n` writable floats, and is `y` itself or disjoint from `z`.
+/// `z` covers `n ≥ 1` elements.
 #[inline(always)]
-unsafe fn row<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+unsafe fn row_max<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
     s: S,
-    z: Scores<S, E, MASK, SCALE>,
-    y: *mut E,
-    exps: *mut f32,
+    z: &Scores<S, E, MASK, SCALE>,
     n: usize,
-    policy: MaskedRows,
-    ahead: [*const u8; 2],
-) {
-    let keep = !LOG && !exps.is_null();
+) -> f32 {
     let lanes = S::LANES;
-    let neg_inf = s.splat(f32::NEG_INFINITY);
     let main = n - n % (4 * lanes);
-
-    // Sweep 1: m = max z. (The partial and single vectors go to separate accumulators.)
-    let mut acc = [neg_inf; 4];
+    let mut acc = [s.splat(f32::NEG_INFINITY); 4];
     let mut i = 0;
-    // SAFETY (the three sweeps): every `full(i)` has `i + LANES ≤ n`, every `partial(i, len)`
-    // has `i + len = n`, and `y` is written at the same indices.
+    // SAFETY: every `full(i)` has `i + LANES ≤ n`, the `partial(i, len)` has `i + len = n`.
     while i < main {
         for (k, a) in acc.iter_mut().enumerate() {
             *a = s.max(*a, unsafe { z.full(s, i + k * lanes) });
@@ -480,19 +577,34 @@ unsafe fn row<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LO
     if i < n {
         acc[1] = s.max(acc[1], unsafe { z.partial(s, i, n - i) });
     }
-    let m = s.reduce_max(s.max(s.max(acc[0], acc[1]), s.max(acc[2], acc[3])));
-    if m == f32::NEG_INFINITY {
-        // SAFETY: as the sweeps.
-        unsafe { masked_row(s, &z, y, n, policy, LOG) };
-        return;
-    }
+    s.reduce_max(s.max(s.max(acc[0], acc[1]), s.max(acc[2], acc[3])))
+}
 
-    // Sweep 2: e_j = exp(z_j − m), stored for softmax, summed in bounded chunks.
+/// Sweep 2 of a row whose maximum `m` is finite: `e_j = exp(z_j − m)`, stored in `exps` for
+/// softmax (unless `exps` is null), summed in bounded chunks; returns the sum. Prefetches the
+/// lines of `ahead` (null entries are skipped) as it goes.
+///
+/// # Safety
+/// `z` covers `n` elements; `exps` is null or covers `n` writable floats, and is `y` itself or
+/// disjoint from `z`.
+#[inline(always)]
+unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    exps: *mut f32,
+    n: usize,
+    m: f32,
+    ahead: [*const u8; 2],
+) -> f64 {
+    let keep = !LOG && !exps.is_null();
+    let lanes = S::LANES;
+    let main = n - n % (4 * lanes);
     let mv = s.splat(m);
     let mut total = 0.0f64;
     let mut acc = [s.splat(0.0); 4];
     let mut steps = 0;
-    i = 0;
+    let mut i = 0;
+    // SAFETY: as `row_max`; `exps` is written at the indices read.
     while i < main {
         for p in ahead.into_iter().filter(|p| !p.is_null()) {
             // One hint per 64-byte line of the 4 vectors this step covers.
@@ -514,7 +626,10 @@ unsafe fn row<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LO
             steps = 0;
         }
     }
-    total += reduce_sum(s, &mut acc);
+    // (Reductions of accumulators that hold no term would add +0: skipped, the same bits.)
+    if steps > 0 {
+        total += reduce_sum(s, &mut acc);
+    }
     // At most three full vectors and one partial remain: one term per accumulator.
     let mut k = 0;
     while i + lanes <= n {
@@ -532,15 +647,37 @@ unsafe fn row<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LO
             unsafe { s.store_partial(exps.add(i), n - i, e) };
         }
         acc[k] = e;
+        k += 1;
     }
-    total += reduce_sum(s, &mut acc);
+    if k > 0 {
+        total += reduce_sum(s, &mut acc);
+    }
+    total
+}
 
-    // Sweep 3: normalize.
+/// Sweep 3 of a row: `y = exps/total` (recomputing the exponentials where `exps` is null), or
+/// `(z − m) − ln total` for log-softmax.
+///
+/// # Safety
+/// As [`row_exps`], whose `exps` and results these are; `y` covers `n` writable elements,
+/// equal to `z.x` if they overlap.
+#[inline(always)]
+unsafe fn row_normalize<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    y: *mut E,
+    exps: *mut f32,
+    n: usize,
+    m: f32,
+    total: f64,
+) {
+    let lanes = S::LANES;
+    let mv = s.splat(m);
     if LOG {
         // (z − m) − ln d, with ln d from the f64 sum, rounded once.
         let ln_d = s.splat(total.ln() as f32);
-        // SAFETY: as the sweeps; `x` was not written (log-softmax stores nothing in sweep 2).
-        i = 0;
+        // SAFETY: as `row_max`; `x` was not written (log-softmax stores nothing in sweep 2).
+        let mut i = 0;
         while i + lanes <= n {
             unsafe { E::store(s, y.add(i), s.sub(s.sub(z.full(s, i), mv), ln_d)) };
             i += lanes;
@@ -550,12 +687,12 @@ unsafe fn row<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LO
         }
     } else {
         let inv = s.splat((1.0 / total) as f32);
-        if keep {
+        if exps.is_null() {
+            // SAFETY: as the caller's.
+            unsafe { recompute(s, z, y, n, mv, inv) };
+        } else {
             // SAFETY: `exps` holds the `n` values of sweep 2 (it is `y` itself for f32).
             unsafe { crate::math::map_row(s, exps.cast_const(), y, n, |s: S, e: S::V| s.mul(e, inv)) };
-        } else {
-            // SAFETY: as the sweeps.
-            unsafe { recompute(s, &z, y, n, mv, inv) };
         }
     }
 }
