@@ -139,7 +139,6 @@ fn grouped_rows_give_the_bits_of_single_rows() {
                     let call = |x: &[f32], inplace: bool| -> Vec<u32> {
                         let mut y = x.to_vec();
                         let mut out = vec![0.0; x.len()];
-                        let n = n;
                         match (log, inplace) {
                             (false, false) => k.softmax(x, &mut out, n, &opts),
                             (true, false) => k.log_softmax(x, &mut out, n, &opts),
