@@ -1,8 +1,8 @@
 //! The report as a page for people: `index.html` with the summary, the targets and three kinds
 //! of chart (SVG, drawn with plotters, written beside the page and inlined in it):
 //!
-//! - a roofline per SIMD ISA: on the left the compute-bound rows (attention, GAU) as GFLOP/s
-//!   against arithmetic intensity under the same-run FMA peak and copy bandwidths; on the
+//! - a roofline per SIMD ISA: on the left the compute-bound rows (attention, GAU, linear, the
+//!   encoder) as GFLOP/s, a colour per kernel, against arithmetic intensity under the same-run FMA peak and copy bandwidths; on the
 //!   right the memory-bound rows (which have no FLOP count) as GB/s against their working set,
 //!   under the same-run copy bandwidth at three sizes;
 //! - the speed-ups of each kernel's headline row over plain Rust and over the unfused
@@ -133,8 +133,8 @@ fn page(run: &Run, rows: &[Row], outcomes: &[Outcome], charts: &[(String, String
     // The charts, inlined.
     let captions = |file: &str| -> &str {
         if file.starts_with("roofline-") {
-            "Left: compute-bound kernels, GFLOP/s against FLOP per byte moved, under the FMA peak and the copy \
-             bandwidths measured in this run (log-log). Right: memory-bound kernels (no FLOP count), GB/s against \
+            "Left: compute-bound kernels, GFLOP/s against FLOP per byte moved, a point per row, under the FMA \
+             peak and the copy bandwidths measured in this run (log-log). Right: memory-bound kernels (no FLOP count), GB/s against \
              their working set (input and output bytes), under the copy bandwidth measured in this run at three \
              sizes (hollow: f16/bf16 rows). A point on a ceiling runs at the machine's limit."
         } else if file == "speedup.svg" {
@@ -305,16 +305,24 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
                 .label(format!("{label}: {bw:.0} GB/s"))
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], style));
         }
-        for (i, r) in compute.iter().enumerate() {
-            let (Some(flops), Some(bytes), Some(gflops)) = (r.flops, r.bytes, r.gflop_per_s()) else {
-                continue;
-            };
-            let style = colour(i).filled();
+        // One series per kernel, as on the right: a series per row (dozens of shapes) gave a
+        // legend taller than the chart.
+        for (i, kernel) in kernels_of(compute.iter().copied()).iter().enumerate() {
+            let colour = colour(i);
+            let points: Vec<(f64, f64, bool)> = compute
+                .iter()
+                .filter(|r| &r.kernel == kernel)
+                .filter_map(|r| Some((r.flops? / r.bytes?, r.gflop_per_s()?, r.dtype != "f32")))
+                .collect();
             chart
-                .draw_series([Circle::new((flops / bytes, gflops), 5, style)])
+                .draw_series(points.iter().map(|&(x, y, half)| {
+                    // Half-typed rows hollow.
+                    let style = if half { colour.stroke_width(2) } else { colour.filled() };
+                    Circle::new((x, y), 5, style)
+                }))
                 .map_err(err)?
-                .label(format!("{} {}", r.kernel, r.shape))
-                .legend(move |(x, y)| Circle::new((x + 9, y), 4, style));
+                .label(kernel.clone())
+                .legend(move |(x, y)| Circle::new((x + 9, y), 4, colour.filled()));
         }
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
 
