@@ -397,11 +397,8 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
 }
 
 /// Short rows, a group at a time: each sweep runs over every row of the group before the next
-/// sweep starts. A row's sweeps form one chain of dependent steps (its maximum's horizontal
-/// reduction feeds every exponential, its sum's reduction and reciprocal feed every product),
-/// which for a row of a few vectors is longer than its work; the rows of a group are
-/// independent, so the core overlaps their chains. Every row runs the single-row path's
-/// functions, so the bits do not depend on how rows fall into groups (or threads).
+/// sweep starts (module docs). Every row runs the single-row path's functions, so the bits do
+/// not depend on how rows fall into groups (or threads).
 ///
 /// # Safety
 /// As [`SoftmaxCall`]; `n ≤ GROUP_MAX_LEN`; `buffer` holds `SCRATCH` writable floats.
