@@ -258,16 +258,30 @@ impl Kernels {
 /// `call` is validated: `x`, `y` (and `r`, and `h` unless null, for the add forms) cover `rows·d` elements,
 /// `gamma`, `beta`, `bias` are null or cover `d`, `mean`, `rstd` null or cover `rows`; `y`
 /// and `h` overlap `x` only by being equal to it.
+///
+/// One instance per norm serves every combination of parameters: an absent `γ` (or gain)
+/// becomes a row of ones and an absent `β` a row of −0, whose operations leave every bit as
+/// it would be without them (`v·1 = v`, `v + (−0) = v`, also for ±0 and in the f64 path).
+/// Instances per combination made the norms most of the crate's build (its time and peak
+/// memory); the neutral rows cost the calls that omit a parameter one allocation of `d` floats
+/// and the loads, nothing to the others.
 unsafe fn norm_rows<E: Element>(k: &Kernels, call: &NormCall<E>) {
-    // SAFETY: forwarded from the caller.
+    let neutral = |p: *const f32, v: f32| p.is_null().then(|| vec![v; call.d]);
+    let ones = neutral(call.gamma, 1.0);
+    let neg_zeros = match call.kind {
+        NormKind::Layer => neutral(call.beta, -0.0),
+        NormKind::Rms => None,
+    };
+    let call = NormCall {
+        gamma: ones.as_ref().map_or(call.gamma, |v| v.as_ptr()),
+        beta: neg_zeros.as_ref().map_or(call.beta, |v| v.as_ptr()),
+        ..*call
+    };
+    // SAFETY: forwarded from the caller; `gamma` (and `beta` for LayerNorm) now cover `d`.
     unsafe {
-        match (call.kind, !call.gamma.is_null(), !call.beta.is_null()) {
-            (NormKind::Layer, false, false) => walks::<E, Layer<false, false>>(k, call),
-            (NormKind::Layer, false, true) => walks::<E, Layer<false, true>>(k, call),
-            (NormKind::Layer, true, false) => walks::<E, Layer<true, false>>(k, call),
-            (NormKind::Layer, true, true) => walks::<E, Layer<true, true>>(k, call),
-            (NormKind::Rms, false, _) => walks::<E, Rms<false>>(k, call),
-            (NormKind::Rms, true, _) => walks::<E, Rms<true>>(k, call),
+        match call.kind {
+            NormKind::Layer => walks::<E, Layer>(k, &call),
+            NormKind::Rms => walks::<E, Rms>(k, &call),
         }
     }
 }

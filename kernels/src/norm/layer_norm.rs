@@ -14,9 +14,10 @@ use crate::simd::Simd;
 /// [`add_layer_norm`](crate::add_layer_norm()): the affine parameters and ε.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LayerNormOptions<'a> {
-    /// The gain `γ`, length `d`; absent means 1 (and saves its loads and multiplications).
+    /// The gain `γ`, length `d`; absent means 1 (the call then allocates a row of ones, `4·d`
+    /// bytes, so that one compiled kernel serves every combination of parameters).
     pub gamma: Option<&'a [f32]>,
-    /// The bias `β`, length `d`; absent means 0.
+    /// The bias `β`, length `d`; absent means 0 (a row of −0 the call allocates, as for `γ`).
     pub beta: Option<&'a [f32]>,
     /// Added to the variance; must be finite and > 0. Default `1e-5` (PyTorch's).
     pub eps: f32,
@@ -31,10 +32,10 @@ impl Default for LayerNormOptions<'_> {
         }
     }
 }
-/// LayerNorm of one row, with or without `γ`, `β`.
-pub(crate) struct Layer<const GAMMA: bool, const BETA: bool>;
+/// LayerNorm of one row (`γ` and `β` present: see `api::norm_rows`).
+pub(crate) struct Layer;
 
-impl<const GAMMA: bool, const BETA: bool> Layer<GAMMA, BETA> {
+impl Layer {
     /// A row's normalize constants from the `mean` (about `k`) and `m2` of its moments, NaN
     /// where it takes the f64 path. Without branches, so that the groups' loop over it runs
     /// in vectors (see `group_stats`).
@@ -49,11 +50,11 @@ impl<const GAMMA: bool, const BETA: bool> Layer<GAMMA, BETA> {
     }
 }
 
-impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
+impl RowOp for Layer {
     /// The normalize constants, NaN where the row needs the f64 path (a NaN or ±∞ in it, or
     /// an f32 overflow of its statistics).
     type Stats = Affine;
-    type Sweep<S: Simd, E: Element, V: Values<S>> = Normalize<S, E, V, GAMMA, BETA>;
+    type Sweep<S: Simd, E: Element, V: Values<S>> = Normalize<S, E, V>;
     const GROUPS: bool = true;
 
     #[inline(always)]
@@ -126,7 +127,7 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
         a: Affine,
         h: V,
         y: *mut E,
-    ) -> Option<Normalize<S, E, V, GAMMA, BETA>> {
+    ) -> Option<Normalize<S, E, V>> {
         (!a.mean_hi.is_nan()).then(|| Normalize::new(s, call, h, y, a))
     }
 
@@ -161,7 +162,9 @@ impl<const GAMMA: bool, const BETA: bool> RowOp for Layer<GAMMA, BETA> {
 /// `fma(fma(μ_hi − h, −rstd, shift), γ, β)`, the same bits (a rounded difference changes sign
 /// with its operands, and so does a product with both of its factors). In that order the load
 /// of `h` is the subtraction's memory operand on x86: one instruction a vector fewer.
-pub(crate) struct Normalize<S: Simd, E, V, const GAMMA: bool, const BETA: bool> {
+/// `γ` and `β` are always present here (an absent one is a row of its neutral value, see
+/// `api::norm_rows`).
+pub(crate) struct Normalize<S: Simd, E, V> {
     h: V,
     y: *mut E,
     gamma: *const f32,
@@ -175,7 +178,7 @@ pub(crate) struct Normalize<S: Simd, E, V, const GAMMA: bool, const BETA: bool> 
     d: usize,
 }
 
-impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Normalize<S, E, V, GAMMA, BETA> {
+impl<S: Simd, E: Element, V: Values<S>> Normalize<S, E, V> {
     #[inline(always)]
     fn new(s: S, call: &NormCall<E>, h: V, y: *mut E, a: Affine) -> Self {
         Normalize {
@@ -192,9 +195,7 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Nor
     }
 }
 
-impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pending<S>
-    for Normalize<S, E, V, GAMMA, BETA>
-{
+impl<S: Simd, E: Element, V: Values<S>> Pending<S> for Normalize<S, E, V> {
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
         // SAFETY: forwarded; `y` covers the row.
@@ -205,20 +206,13 @@ impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Pen
     }
 }
 
-impl<S: Simd, E: Element, V: Values<S>, const GAMMA: bool, const BETA: bool> Output<S>
-    for Normalize<S, E, V, GAMMA, BETA>
-{
+impl<S: Simd, E: Element, V: Values<S>> Output<S> for Normalize<S, E, V> {
     #[inline(always)]
     unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
         // SAFETY: `i + n ≤ d` for every operand; `h[i..]` is read before `y[i..]` is written.
         unsafe {
             let v = s.mul_add(s.sub(self.mean_hi, self.h.get(s, i, n)), self.neg_rstd, self.shift);
-            match (GAMMA, BETA) {
-                (true, true) => s.mul_add(v, load_n(s, self.gamma, i, n), load_n(s, self.beta, i, n)),
-                (true, false) => s.mul(v, load_n(s, self.gamma, i, n)),
-                (false, true) => s.add(v, load_n(s, self.beta, i, n)),
-                (false, false) => v,
-            }
+            s.mul_add(v, load_n(s, self.gamma, i, n), load_n(s, self.beta, i, n))
         }
     }
 }

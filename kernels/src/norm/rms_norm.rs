@@ -9,7 +9,8 @@ use crate::Element;
 /// Options of [`rms_norm`](crate::rms_norm()) and [`add_rms_norm`](crate::add_rms_norm()).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RmsNormOptions<'a> {
-    /// The gain `g`, length `d`; absent means 1 (GAU-α uses none).
+    /// The gain `g`, length `d`; absent means 1 (GAU-α uses none; the call then allocates a row
+    /// of ones, `4·d` bytes, so that one compiled kernel serves both forms).
     pub gain: Option<&'a [f32]>,
     /// Added to the mean square; must be finite and > 0. Default `1e-6`.
     pub eps: f32,
@@ -21,13 +22,13 @@ impl Default for RmsNormOptions<'_> {
     }
 }
 
-/// RMSNorm of one row, with or without the gain.
-pub(crate) struct Rms<const GAIN: bool>;
+/// RMSNorm of one row (the gain present: see `api::norm_rows`).
+pub(crate) struct Rms;
 
-impl<const GAIN: bool> RowOp for Rms<GAIN> {
+impl RowOp for Rms {
     /// `rstd`, NaN where the row needs the f64 path.
     type Stats = f64;
-    type Sweep<S: Simd, E: Element, V: Values<S>> = Scale<S, E, V, GAIN>;
+    type Sweep<S: Simd, E: Element, V: Values<S>> = Scale<S, E, V>;
 
     #[inline(always)]
     unsafe fn stats<S: Simd, E: Element, R: Source<S>, P: Pending<S>>(
@@ -52,7 +53,7 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
         rstd: f64,
         h: V,
         y: *mut E,
-    ) -> Option<Scale<S, E, V, GAIN>> {
+    ) -> Option<Scale<S, E, V>> {
         (!rstd.is_nan()).then(|| Scale {
             h,
             y,
@@ -78,8 +79,9 @@ impl<const GAIN: bool> RowOp for Rms<GAIN> {
     }
 }
 
-/// The normalize sweep of one row of RMSNorm: `y = h·rstd·g`.
-pub(crate) struct Scale<S: Simd, E, V, const GAIN: bool> {
+/// The normalize sweep of one row of RMSNorm: `y = h·rstd·g` (`g` always present here; an
+/// absent gain is a row of ones, see `api::norm_rows`).
+pub(crate) struct Scale<S: Simd, E, V> {
     h: V,
     y: *mut E,
     gain: *const f32,
@@ -89,7 +91,7 @@ pub(crate) struct Scale<S: Simd, E, V, const GAIN: bool> {
     d: usize,
 }
 
-impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S, E, V, GAIN> {
+impl<S: Simd, E: Element, V: Values<S>> Pending<S> for Scale<S, E, V> {
     #[inline(always)]
     unsafe fn run(&self, s: S, i: usize, n: usize) {
         // SAFETY: forwarded; `y` covers the row.
@@ -100,18 +102,11 @@ impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Pending<S> for Scale<S
     }
 }
 
-impl<S: Simd, E: Element, V: Values<S>, const GAIN: bool> Output<S> for Scale<S, E, V, GAIN> {
+impl<S: Simd, E: Element, V: Values<S>> Output<S> for Scale<S, E, V> {
     #[inline(always)]
     unsafe fn get(&self, s: S, i: usize, n: usize) -> S::V {
         // SAFETY: `i + n ≤ d` for every operand; `h[i..]` is read before `y[i..]` is written.
-        unsafe {
-            let v = s.mul(self.h.get(s, i, n), self.rstd);
-            if GAIN {
-                s.mul(v, load_n(s, self.gain, i, n))
-            } else {
-                v
-            }
-        }
+        unsafe { s.mul(s.mul(self.h.get(s, i, n), self.rstd), load_n(s, self.gain, i, n)) }
     }
 }
 
