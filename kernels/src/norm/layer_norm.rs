@@ -131,7 +131,7 @@ impl RowOp for Layer {
         (!a.mean_hi.is_nan()).then(|| Normalize::new(s, call, h, y, a))
     }
 
-    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
+    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
         let d = call.d;
         // SAFETY: the row holds `d` values at `h` and `y`; `h` is read in full before `y` is
         // written, except by `normalize_f64`, which reads `h_j` before writing `y_j`.

@@ -64,7 +64,7 @@ impl RowOp for Rms {
         })
     }
 
-    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: &NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
+    unsafe fn wide<S: Simd, E: Element, V: Values<S>>(call: NormCall<E>, h: V, y: *mut E) -> (f32, f32) {
         // SAFETY: forwarded; `finish` runs after the last read of `h`.
         unsafe {
             let out = rms_row_f64::<S, E, V>(&h, y, call.d, call.gamma, call.eps);
