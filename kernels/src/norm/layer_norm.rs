@@ -221,8 +221,8 @@ impl<S: Simd, E: Element, V: Values<S>> Output<S> for Normalize<S, E, V> {
 ///
 /// # Safety
 /// `h` gives `d` values, `y` covers `d` writable elements (equal to where `h` reads if they
-/// overlap); `gamma`, `beta` cover `d` or are null when absent.
-pub(crate) unsafe fn normalize_f64<S: Simd, E: Element, V: Values<S>>(
+/// overlap); `gamma`, `beta` cover `d`.
+unsafe fn normalize_f64<S: Simd, E: Element, V: Values<S>>(
     h: &V,
     y: *mut E,
     d: usize,
@@ -234,13 +234,7 @@ pub(crate) unsafe fn normalize_f64<S: Simd, E: Element, V: Values<S>>(
     for j in 0..d {
         // SAFETY: `j < d` for every operand; `h[j]` is read before `y[j]` is written.
         unsafe {
-            let mut v = (h.at(j) as f64 - mean) * rstd;
-            if !gamma.is_null() {
-                v *= *gamma.add(j) as f64;
-            }
-            if !beta.is_null() {
-                v += *beta.add(j) as f64;
-            }
+            let v = (h.at(j) as f64 - mean) * rstd * *gamma.add(j) as f64 + *beta.add(j) as f64;
             *y.add(j) = E::from_f32(v as f32);
         }
     }

@@ -115,7 +115,7 @@ impl<S: Simd, E: Element, V: Values<S>> Output<S> for Scale<S, E, V> {
 ///
 /// # Safety
 /// `h` gives `d` values, `y` covers `d` writable elements (equal to where `h` reads if they
-/// overlap); `gain` is null or covers `d`.
+/// overlap); `gain` covers `d`.
 unsafe fn rms_row_f64<S: Simd, E: Element, V: Values<S>>(
     h: &V,
     y: *mut E,
@@ -133,11 +133,7 @@ unsafe fn rms_row_f64<S: Simd, E: Element, V: Values<S>>(
         }
         let rstd = rstd_of((0..d).map(|j| at(j) * at(j)).sum::<f64>() / d as f64, eps);
         for j in 0..d {
-            let mut v = at(j) * rstd;
-            if !gain.is_null() {
-                v *= *gain.add(j) as f64;
-            }
-            *y.add(j) = E::from_f32(v as f32);
+            *y.add(j) = E::from_f32((at(j) * rstd * *gain.add(j) as f64) as f32);
         }
         (f32::NAN, rstd as f32)
     }

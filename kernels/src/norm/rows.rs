@@ -267,8 +267,7 @@ pub(crate) trait RowOp {
     /// The f64 path of a row: normalizes it into `y` (and ends `h`, see [`Values::finish`]),
     /// returns its `(mean, rstd)`. Not inlined (it is cold), so it takes the call by value: a
     /// reference would put the call in memory for the whole row loop, whose every store could
-    /// then overwrite it, and the loop would load its fields again after each (32% more
-    /// instructions on short rows, counted with callgrind).
+    /// then overwrite it, and the loop would load its fields again after each.
     ///
     /// # Safety
     /// `h` gives the `call.d` values the statistics were gathered on, `y` covers as many writable
