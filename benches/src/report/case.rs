@@ -239,8 +239,8 @@ pub struct Context {
     pub out_offset: usize,
     /// How long to measure.
     pub timing: Timing,
-    /// The threads of the `threads` rows.
-    pub threads: usize,
+    /// The thread counts of the `threads` rows, ascending.
+    pub threads: Vec<usize>,
 }
 
 /// One thing timed on a case's buffers.
@@ -511,7 +511,7 @@ mod tests {
             print_plain: true,
             l2_bytes: 1 << 20,
             out_offset: crate::buffers::DEFAULT_OUT_OFFSET,
-            threads: 2,
+            threads: vec![2],
             timing: Timing {
                 rounds: 1,
                 sample_ns: 1e4,

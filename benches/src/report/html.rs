@@ -639,7 +639,7 @@ mod tests {
             rounds: 3,
             batch_ms: 1.0,
             kernels: None,
-            threads: 2,
+            threads: vec![2],
         };
         let page = write(Some(dir.clone()), &run, &rows, &outcomes).expect("written");
         let html = std::fs::read_to_string(&page).expect("readable");

@@ -187,8 +187,9 @@ pub struct Options {
     pub rounds: Option<usize>,
     /// `--out-offset B`: output placement, see [`crate::buffers`].
     pub out_offset: usize,
-    /// `--threads N`: the threads of the `threads` rows (default: every core).
-    pub threads: usize,
+    /// `--threads N,M`: the thread counts of the `threads` rows, ascending (default: every
+    /// core).
+    pub threads: Vec<usize>,
 }
 
 impl Default for Options {
@@ -202,7 +203,7 @@ impl Default for Options {
             isas: None,
             rounds: None,
             out_offset: buffers::DEFAULT_OUT_OFFSET,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: vec![std::thread::available_parallelism().map_or(1, |n| n.get())],
         }
     }
 }
@@ -210,7 +211,7 @@ impl Default for Options {
 /// The usage text of `--help`.
 pub const USAGE: &str = "\
 usage: report [--quick | --full] [--json] [--record] [--html DIR] [--kernel NAMES] [--isa NAMES]
-              [--rounds N] [--out-offset BYTES] [--threads N]
+              [--rounds N] [--out-offset BYTES] [--threads N[,N...]]
 
 Measures every kernel on every ISA of this CPU against the scalar path, plain Rust, the
 f64 oracle (`reference`) and a roofline measured in the same run; prints a summary with
@@ -229,8 +230,8 @@ the targets met, then the rows; writes an HTML page with charts.
   --rounds N          rounds of interleaved timing
   --out-offset BYTES  output placement past the input's next page boundary (default 2048;
                       0 puts input and output at the same page offset: 4K aliasing)
-  --threads N         threads of the `threads` rows, each against one thread in the same
-                      run (default: every core of the machine)
+  --threads N,M       thread counts of the `threads` rows, each against one thread in the
+                      same run (default: every core of the machine)
   -h, --help          this text";
 
 /// What the command line asks for.
@@ -292,11 +293,19 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Rep
             }
             "--threads" => {
                 let v = value("--threads")?;
-                match v.parse::<usize>() {
-                    Ok(n) if n > 0 => o.threads = n,
+                let counts: Option<Vec<usize>> = v
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>().ok().filter(|&n| n > 0))
+                    .collect();
+                match counts {
+                    Some(mut counts) if !counts.is_empty() => {
+                        counts.sort_unstable();
+                        counts.dedup();
+                        o.threads = counts;
+                    }
                     _ => {
                         return Err(ReportError::new(format!(
-                            "--threads: expected a positive integer, got `{v}`"
+                            "--threads: expected positive integers separated by commas, got `{v}`"
                         )))
                     }
                 }
@@ -400,7 +409,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<(), ReportError> {
         l2_bytes: l2.unwrap_or(1 << 20),
         out_offset: opts.out_offset,
         timing,
-        threads: opts.threads,
+        threads: opts.threads.clone(),
     };
     let run = record::Run::now(&ctx, l2, opts.scope, opts.kernels.clone());
 
@@ -670,7 +679,13 @@ mod tests {
         let Ok(Command::Run(o)) = args("--threads=3") else {
             panic!("should parse");
         };
-        assert_eq!(o.threads, 3);
+        assert_eq!(o.threads, vec![3]);
+        let Ok(Command::Run(o)) = args("--threads 16,4,8,4") else {
+            panic!("should parse");
+        };
+        assert_eq!(o.threads, vec![4, 8, 16]);
+        assert!(args("--threads 4,0").is_err());
+        assert!(args("--threads 4,").is_err());
         assert!(args("--kernel").is_err());
         assert!(args("--quick --full").is_err());
         let Ok(Command::Run(o)) = args("--full --html /tmp/x") else {

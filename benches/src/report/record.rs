@@ -28,8 +28,8 @@ pub struct Run {
     pub batch_ms: f64,
     /// The kernels of `--kernel`, if the run is restricted to some.
     pub kernels: Option<Vec<String>>,
-    /// The threads of the `threads` rows (`--threads`).
-    pub threads: usize,
+    /// The thread counts of the `threads` rows (`--threads`).
+    pub threads: Vec<usize>,
 }
 
 impl Run {
@@ -44,7 +44,7 @@ impl Run {
             rounds: ctx.timing.rounds,
             batch_ms: ctx.timing.sample_ns / 1e6,
             kernels,
-            threads: ctx.threads,
+            threads: ctx.threads.clone(),
         }
     }
 
@@ -118,7 +118,13 @@ impl Run {
         o.num("unix_time", Some(self.unix as f64));
         o.num("rounds", Some(self.rounds as f64));
         o.num("batch_ms", Some(self.batch_ms));
-        o.num("threads", Some(self.threads as f64));
+        o.raw(
+            "threads",
+            &format!(
+                "[{}]",
+                self.threads.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+            ),
+        );
         o.str("version", env!("CARGO_PKG_VERSION"));
         if let Some(k) = &self.kernels {
             o.raw(
@@ -210,13 +216,13 @@ mod tests {
             rounds: 1,
             batch_ms: 1.0,
             kernels: None,
-            threads: 2,
+            threads: vec![2],
         };
         assert_eq!(file_name(&run), "amd-epyc-avx512-1970-01-01.jsonl");
         run.kernels = Some(vec!["linear".to_string(), "gelu".to_string()]);
         assert_eq!(file_name(&run), "amd-epyc-avx512-1970-01-01-linear-gelu.jsonl");
         assert!(run.json().contains(r#""kernels":["linear","gelu"]"#), "{}", run.json());
-        assert!(run.json().contains(r#""threads":2"#), "{}", run.json());
+        assert!(run.json().contains(r#""threads":[2]"#), "{}", run.json());
     }
 
     #[test]

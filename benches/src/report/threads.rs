@@ -1,18 +1,22 @@
-//! Rows of `threads`: the headline kernels on the best ISA split over `--threads N` threads
-//! ([`Parallelism::Rayon`], inside a rayon pool of N threads), timed interleaved with the same
-//! kernels on one thread over the same buffers. A row's `vs` holds `1 thread`: the one-thread
-//! time ÷ the N-thread time (the speed-up), and every row checks that both give the same bits.
+//! Rows of `threads`: the headline kernels on the best ISA split over N threads
+//! ([`Parallelism::Rayon`], inside a rayon pool of N threads) for each N of `--threads`, timed
+//! interleaved with the same kernels on one thread over the same buffers. A row's `vs` holds
+//! `1 thread`: the one-thread time ÷ the N-thread time (the speed-up), and every row checks that
+//! each N gives the bits of one thread.
 //!
 //! Memory-bound kernels beyond L2 share the machine's memory bandwidth: the `copy` row times
 //! the best ISA's copy of 64 MiB (32 MiB in, 32 MiB out) split in N contiguous parts on the
-//! same pool, against one thread: its speed-up is their ceiling.
+//! same pool, against one thread: its speed-up is their ceiling. Compute-bound kernels share
+//! the power budget of the cores (a core's clock falls as more of them run wide FMAs): the
+//! `fma peak` row splits the FMA-peak loop of the roofline in N equal parts likewise.
 //!
 //! Shapes (default run): softmax and LayerNorm at 4096×1024 (beyond L2) and 512×1024 (in L2
 //! of two cores); linear at 128×384→1536 with GELU and at 16×384→1536; attention B = 1, H = 8,
 //! D = 64 at L = 512 and 2048; the GAU at B = 4, T = 512 (split by sequences) and B = 1,
 //! T = 1024 (split within the sequence); the MiniLM
-//! encoder of the `encoder` rows at 1×128 and 8×128. `--quick`: softmax 4096×1024, linear
-//! 128×384→1536, attention L = 512.
+//! encoder of the `encoder` rows at 1×128 and 8×128. `--full` adds the shapes that keep 16
+//! threads and more busy: attention B = 4, H = 16, L = 2048 and the GAU at B = 1, T = 2048.
+//! `--quick`: softmax 4096×1024, linear 128×384→1536, attention L = 512.
 
 use std::hint::black_box;
 
@@ -75,13 +79,13 @@ fn specs(plan: &Plan) -> Vec<Spec> {
             shape: "attention 1x8x512x64",
             flops: Some(4.0 * 8.0 * 512.0 * 512.0 * 64.0),
             elements: None,
-            make: attention_call::<512>,
+            make: attention_call::<1, 8, 512>,
         },
         Spec {
             shape: "attention 1x8x2048x64",
             flops: Some(4.0 * 8.0 * 2048.0 * 2048.0 * 64.0),
             elements: None,
-            make: attention_call::<2048>,
+            make: attention_call::<1, 8, 2048>,
         },
         Spec {
             shape: "gau 4x512 d512 e1024 s128",
@@ -108,10 +112,26 @@ fn specs(plan: &Plan) -> Vec<Spec> {
             make: encoder_call::<8>,
         },
     ];
+    // The shapes of many-core machines: enough heads and sequence for 16 threads and more.
+    let many = [
+        Spec {
+            shape: "attention 4x16x2048x64",
+            flops: Some(4.0 * 4.0 * 16.0 * 2048.0 * 2048.0 * 64.0),
+            elements: None,
+            make: attention_call::<4, 16, 2048>,
+        },
+        Spec {
+            shape: "gau 1x2048 d512 e1024 s128",
+            flops: Some(gau_flops(1, 2048)),
+            elements: None,
+            make: gau_call::<1, 2048>,
+        },
+    ];
     let quick = ["softmax 4096x1024", "linear 128x384→1536 gelu", "attention 1x8x512x64"];
     match plan.scope {
         super::Scope::Quick => all.into_iter().filter(|s| quick.contains(&s.shape)).collect(),
-        _ => all,
+        super::Scope::Default => all,
+        super::Scope::Full => all.into_iter().chain(many).collect(),
     }
 }
 
@@ -137,6 +157,11 @@ fn custom(plan: &Plan) -> Vec<Custom> {
         kernel: KERNEL,
         shape: COPY_SHAPE.to_string(),
         measure: Box::new(copy_rows),
+    });
+    out.push(Custom {
+        kernel: KERNEL,
+        shape: FMA_SHAPE.to_string(),
+        measure: Box::new(fma_rows),
     });
     out
 }
@@ -174,8 +199,9 @@ fn bits(xs: &[f32]) -> Vec<u32> {
     xs.iter().map(|x| x.to_bits()).collect()
 }
 
-/// The pool of a run's rows and the kernels split over it: the best ISA of the run.
-fn setup(ctx: &Context) -> Result<(rayon::ThreadPool, Kernels), ReportError> {
+/// The pools of a run's rows, one per thread count of `--threads`, and the kernels split over
+/// them: the best ISA of the run.
+fn setup(ctx: &Context) -> Result<(Vec<(usize, rayon::ThreadPool)>, Kernels), ReportError> {
     let best = ctx
         .kernels
         .iter()
@@ -183,11 +209,18 @@ fn setup(ctx: &Context) -> Result<(rayon::ThreadPool, Kernels), ReportError> {
         .filter(|k| ctx.printed.contains(&k.isa()))
         .max_by_key(|k| Isa::ALL.iter().position(|&i| i == k.isa()))
         .ok_or_else(|| ReportError::new("threads: no printed ISA"))?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(ctx.threads)
-        .build()
-        .map_err(|e| ReportError::new(format!("threads: cannot start a pool of {}: {e}", ctx.threads)))?;
-    Ok((pool, best))
+    let pools = ctx
+        .threads
+        .iter()
+        .map(|&n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map(|pool| (n, pool))
+                .map_err(|e| ReportError::new(format!("threads: cannot start a pool of {n}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((pools, best))
 }
 
 /// Batches of back-to-back calls lasting about [`BATCH_NS`].
@@ -203,49 +236,58 @@ fn batches(ctx: &Context) -> Timing {
 /// does in a model's run of kernels, one call after the other.
 const BATCH_NS: f64 = 30e6;
 
+/// One row per thread count: setting 0 of the interleaved timing is one thread, setting
+/// `1 + i` the pool of `--threads`' `i`-th count, so every count is held against the same
+/// one-thread samples.
 fn measure(spec: &Spec, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     let fail = |msg: String| ReportError::new(format!("threads {}: {msg}", spec.shape));
-    let (pool, k) = setup(ctx)?;
+    let (pools, k) = setup(ctx)?;
     let mut call = (spec.make)(k).map_err(fail)?;
     let one = k.with_parallelism(Parallelism::Sequential);
-    let many = k.with_parallelism(Parallelism::Rayon(ctx.threads));
     let want = call(one, true);
-    let got = pool.install(|| call(many, true));
-    if want != got {
-        return Err(fail(format!("{} threads give other bits than one: a bug", ctx.threads)));
+    for (n, pool) in &pools {
+        let got = pool.install(|| call(k.with_parallelism(Parallelism::Rayon(*n)), true));
+        if want != got {
+            return Err(fail(format!("{n} threads give other bits than one: a bug")));
+        }
     }
-    let samples = timing::interleaved(2, &batches(ctx), |c| {
-        if c == 0 {
+    let samples = timing::interleaved(1 + pools.len(), &batches(ctx), |c| match c {
+        0 => {
             black_box(call(one, false));
-        } else {
-            pool.install(|| black_box(call(many, false)));
+        }
+        c => {
+            let (n, pool) = &pools[c - 1];
+            pool.install(|| black_box(call(k.with_parallelism(Parallelism::Rayon(*n)), false)));
         }
     });
-    Ok(vec![Row {
-        kernel: KERNEL.to_string(),
-        isa: k.isa().to_string(),
-        dtype: "f32".to_string(),
-        shape: format!("{} on {}", spec.shape, ctx.threads),
-        flops: spec.flops,
-        elements: spec.elements,
-        ns_per_iter: samples.median(1),
-        vs: vec![("1 thread".to_string(), samples.speedup(1, 0))],
-        rel_iqr: samples.rel_iqr(1),
-        rounds: samples.rounds(),
-        ..Row::default()
-    }])
+    Ok(pools
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| Row {
+            kernel: KERNEL.to_string(),
+            isa: k.isa().to_string(),
+            dtype: "f32".to_string(),
+            shape: format!("{} on {n}", spec.shape),
+            flops: spec.flops,
+            elements: spec.elements,
+            ns_per_iter: samples.median(1 + i),
+            vs: vec![("1 thread".to_string(), samples.speedup(1 + i, 0))],
+            rel_iqr: samples.rel_iqr(1 + i),
+            rounds: samples.rounds(),
+            ..Row::default()
+        })
+        .collect())
 }
 
 const COPY_SHAPE: &str = "copy 32 MiB";
 
-/// The copy of 32 MiB on one thread and split over the pool: the bandwidth ceiling.
+/// The copy of 32 MiB on one thread and split over each pool: the bandwidth ceiling.
 fn copy_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
-    let (pool, k) = setup(ctx)?;
+    let (pools, k) = setup(ctx)?;
     let isa = k.isa();
     let len = 8 << 20;
     let x = data::uniform(len, -1.0, 1.0, 0xc09e);
     let mut y = vec![0.0f32; len];
-    let threads = ctx.threads;
     // Streaming stores where the ISA has them, as the memory-bound kernels use beyond the LLC.
     let stores = if roofline::copy(isa, Stores::Streaming, &x[..64], &mut y[..64]) {
         Stores::Streaming
@@ -256,7 +298,8 @@ fn copy_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
         if c == 0 {
             roofline::copy(isa, stores, &x, y);
         } else {
-            let chunk = len.div_ceil(threads);
+            let (n, pool) = &pools[c - 1];
+            let chunk = len.div_ceil(*n);
             pool.install(|| {
                 rayon::scope(|s| {
                     for (xs, ys) in x.chunks(chunk).zip(y.chunks_mut(chunk)) {
@@ -269,21 +312,73 @@ fn copy_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
         }
         black_box(&*y);
     };
-    let samples = timing::interleaved(2, &batches(ctx), |c| run(c, &mut y));
-    Ok(vec![Row {
-        kernel: KERNEL.to_string(),
-        isa: isa.to_string(),
-        dtype: "f32".to_string(),
-        shape: format!("{COPY_SHAPE} on {threads}"),
-        bytes: Some((2 * len * 4) as f64),
-        elements: Some(len as f64),
-        ns_per_iter: samples.median(1),
-        vs: vec![("1 thread".to_string(), samples.speedup(1, 0))],
-        rel_iqr: samples.rel_iqr(1),
-        rounds: samples.rounds(),
-        method: Some(roofline::copy_name(isa, stores)),
-        ..Row::default()
-    }])
+    let samples = timing::interleaved(1 + pools.len(), &batches(ctx), |c| run(c, &mut y));
+    Ok(pools
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| Row {
+            kernel: KERNEL.to_string(),
+            isa: isa.to_string(),
+            dtype: "f32".to_string(),
+            shape: format!("{COPY_SHAPE} on {n}"),
+            bytes: Some((2 * len * 4) as f64),
+            elements: Some(len as f64),
+            ns_per_iter: samples.median(1 + i),
+            vs: vec![("1 thread".to_string(), samples.speedup(1 + i, 0))],
+            rel_iqr: samples.rel_iqr(1 + i),
+            rounds: samples.rounds(),
+            method: Some(roofline::copy_name(isa, stores)),
+            ..Row::default()
+        })
+        .collect())
+}
+
+const FMA_SHAPE: &str = "fma peak";
+
+/// Iterations of the FMA-peak loop of a row, split over the threads: about 20 ms on one core.
+const FMA_TOTAL_ITERS: u64 = 4 << 20;
+
+/// The FMA-peak loop on one thread and split in N equal parts over each pool: the ceiling of
+/// the compute-bound rows, where cores that share a power budget slow down together.
+fn fma_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
+    let (pools, k) = setup(ctx)?;
+    let isa = k.isa();
+    let run = |c: usize| {
+        if c == 0 {
+            black_box(roofline::fma_peak(isa, FMA_TOTAL_ITERS));
+        } else {
+            let (n, pool) = &pools[c - 1];
+            let part = FMA_TOTAL_ITERS.div_ceil(*n as u64);
+            pool.install(|| {
+                rayon::scope(|s| {
+                    for _ in 0..*n {
+                        s.spawn(move |_| {
+                            black_box(roofline::fma_peak(isa, part));
+                        });
+                    }
+                })
+            });
+        }
+    };
+    let samples = timing::interleaved(1 + pools.len(), &batches(ctx), run);
+    let flops = (FMA_TOTAL_ITERS * roofline::fma_flops_per_iter(isa)) as f64;
+    Ok(pools
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| Row {
+            kernel: KERNEL.to_string(),
+            isa: isa.to_string(),
+            dtype: "f32".to_string(),
+            shape: format!("{FMA_SHAPE} on {n}"),
+            flops: Some(flops),
+            ns_per_iter: samples.median(1 + i),
+            vs: vec![("1 thread".to_string(), samples.speedup(1 + i, 0))],
+            rel_iqr: samples.rel_iqr(1 + i),
+            rounds: samples.rounds(),
+            method: Some(roofline::fma_name(isa)),
+            ..Row::default()
+        })
+        .collect())
 }
 
 fn softmax_call<const ROWS: usize>(_: Kernels) -> Result<Call, String> {
@@ -331,9 +426,9 @@ fn linear_call<const M: usize>(k: Kernels) -> Result<Call, String> {
     }))
 }
 
-fn attention_call<const L: usize>(_: Kernels) -> Result<Call, String> {
-    let shape = AttentionShape::self_attention(1, 8, L, 64);
-    let len = 8 * L * 64;
+fn attention_call<const B: usize, const H: usize, const L: usize>(_: Kernels) -> Result<Call, String> {
+    let shape = AttentionShape::self_attention(B, H, L, 64);
+    let len = B * H * L * 64;
     let (q, kk, v) = (
         data::uniform(len, -1.0, 1.0, 8),
         data::uniform(len, -1.0, 1.0, 9),
