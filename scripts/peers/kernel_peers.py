@@ -71,7 +71,11 @@ def ort_peer(nodes, inputs, output_shape, weights=None):
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs.items()],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
         [onnx.numpy_helper.from_array(a, n) for n, a in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    opsets = [helper.make_opsetid("", 23)]
+    # The lowest IR version that carries these opsets, not the newest that onnx writes: an
+    # older ONNX Runtime refuses a model whose IR version is past its own.
+    model = helper.make_model(graph, opset_imports=opsets,
+                              ir_version=helper.find_min_ir_version_for(opsets))
     onnx.checker.check_model(model)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
