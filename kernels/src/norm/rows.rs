@@ -585,7 +585,8 @@ unsafe fn sweep_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(
 }
 
 /// The rows of a call through the source `R` where they do not go by groups or blocks:
-/// LayerNorm's long rows by columns in calls that fit ([`by_columns`]), else [`each_row`],
+/// LayerNorm's long rows by columns in calls that fit, on 16 lanes ([`by_columns`]), else
+/// [`each_row`],
 /// with a loop of its own for LayerNorm's short rows ([`is_short`]) and one for its long
 /// rows, so that the long rows' loop carries no code for the short rows' blocks.
 ///
@@ -595,7 +596,7 @@ unsafe fn sweep_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(
 unsafe fn each_row_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, call: &NormCall<E>) {
     // SAFETY: forwarded.
     unsafe {
-        if Op::GROUPS && call.groups && call.d >= COLUMNS_MIN_D {
+        if Op::GROUPS && call.groups && call.d >= COLUMNS_MIN_D && S::LANES >= COLUMNS_MIN_LANES {
             by_columns::<S, E, Op, R>(s, call);
         } else if Op::GROUPS && is_short::<S, R>(call.d) {
             each_row::<S, E, Op, R, true>(s, call);
@@ -610,6 +611,12 @@ unsafe fn each_row_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, 
 /// row, the previous one, its `y`, `γ` and `β` overflow L1, so the normalize sweep would read
 /// `γ` and `β` from L2 for every row. Shorter rows are read from L1 by the row loop already.
 const COLUMNS_MIN_D: usize = 4096;
+
+/// By columns only where a vector holds at least this many f32 (AVX-512). With 8 lanes the
+/// sweep issues twice the instructions per value, the L2 reads of `γ` and `β` hide behind
+/// them, and by columns only adds the re-read of each row from L2: the row loop was faster on
+/// AVX2 at every shape that goes by columns.
+const COLUMNS_MIN_LANES: usize = 16;
 
 /// Values of each row normalized at a time by [`by_columns`]: `γ` and `β` for them (8 KiB)
 /// stay in L1 across the rows.
