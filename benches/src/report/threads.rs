@@ -335,8 +335,10 @@ fn copy_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
 
 const FMA_SHAPE: &str = "fma peak";
 
-/// Iterations of the FMA-peak loop of a row, split over the threads: about 20 ms on one core.
-const FMA_TOTAL_ITERS: u64 = 4 << 20;
+/// Iterations of the FMA-peak loop of a row, split over the threads: tens of milliseconds on
+/// one core, so that even 16 parts last milliseconds each and waking the pool weighs as little
+/// as in the compute-bound rows it bounds.
+const FMA_TOTAL_ITERS: u64 = 16 << 20;
 
 /// The FMA-peak loop on one thread and split in N equal parts over each pool: the ceiling of
 /// the compute-bound rows, where cores that share a power budget slow down together.
