@@ -63,75 +63,62 @@ fn specs(plan: &Plan) -> Vec<Spec> {
         spec_rows("softmax 512x1024", 512, 1024, softmax_call::<512>),
         spec_rows("layer_norm 4096x1024", 4096, 1024, layer_norm_call::<4096>),
         spec_rows("layer_norm 512x1024", 512, 1024, layer_norm_call::<512>),
-        Spec {
-            shape: "linear 128x384→1536 gelu",
-            flops: Some(2.0 * 128.0 * 384.0 * 1536.0),
-            elements: None,
-            make: linear_call::<128>,
-        },
-        Spec {
-            shape: "linear 16x384→1536 gelu",
-            flops: Some(2.0 * 16.0 * 384.0 * 1536.0),
-            elements: None,
-            make: linear_call::<16>,
-        },
-        Spec {
-            shape: "attention 1x8x512x64",
-            flops: Some(4.0 * 8.0 * 512.0 * 512.0 * 64.0),
-            elements: None,
-            make: attention_call::<1, 8, 512>,
-        },
-        Spec {
-            shape: "attention 1x8x2048x64",
-            flops: Some(4.0 * 8.0 * 2048.0 * 2048.0 * 64.0),
-            elements: None,
-            make: attention_call::<1, 8, 2048>,
-        },
-        Spec {
-            shape: "gau 4x512 d512 e1024 s128",
-            flops: Some(gau_flops(4, 512)),
-            elements: None,
-            make: gau_call::<4, 512>,
-        },
-        Spec {
-            shape: "gau 1x1024 d512 e1024 s128",
-            flops: Some(gau_flops(1, 1024)),
-            elements: None,
-            make: gau_call::<1, 1024>,
-        },
-        Spec {
-            shape: "encoder 1x128",
-            flops: Some(encoder::flops(&encoder::CONFIG, 1, 128)),
-            elements: None,
-            make: encoder_call::<1>,
-        },
-        Spec {
-            shape: "encoder 8x128",
-            flops: Some(encoder::flops(&encoder::CONFIG, 8, 128)),
-            elements: None,
-            make: encoder_call::<8>,
-        },
+        spec_flops(
+            "linear 128x384→1536 gelu",
+            2.0 * 128.0 * 384.0 * 1536.0,
+            linear_call::<128>,
+        ),
+        spec_flops(
+            "linear 16x384→1536 gelu",
+            2.0 * 16.0 * 384.0 * 1536.0,
+            linear_call::<16>,
+        ),
+        spec_flops(
+            "attention 1x8x512x64",
+            4.0 * 8.0 * 512.0 * 512.0 * 64.0,
+            attention_call::<1, 8, 512>,
+        ),
+        spec_flops(
+            "attention 1x8x2048x64",
+            4.0 * 8.0 * 2048.0 * 2048.0 * 64.0,
+            attention_call::<1, 8, 2048>,
+        ),
+        spec_flops("gau 4x512 d512 e1024 s128", gau_flops(4, 512), gau_call::<4, 512>),
+        spec_flops("gau 1x1024 d512 e1024 s128", gau_flops(1, 1024), gau_call::<1, 1024>),
+        spec_flops(
+            "encoder 1x128",
+            encoder::flops(&encoder::CONFIG, 1, 128),
+            encoder_call::<1>,
+        ),
+        spec_flops(
+            "encoder 8x128",
+            encoder::flops(&encoder::CONFIG, 8, 128),
+            encoder_call::<8>,
+        ),
     ];
     // The shapes of many-core machines: enough heads and sequence for 16 threads and more.
     let many = [
-        Spec {
-            shape: "attention 4x16x2048x64",
-            flops: Some(4.0 * 4.0 * 16.0 * 2048.0 * 2048.0 * 64.0),
-            elements: None,
-            make: attention_call::<4, 16, 2048>,
-        },
-        Spec {
-            shape: "gau 1x2048 d512 e1024 s128",
-            flops: Some(gau_flops(1, 2048)),
-            elements: None,
-            make: gau_call::<1, 2048>,
-        },
+        spec_flops(
+            "attention 4x16x2048x64",
+            4.0 * 4.0 * 16.0 * 2048.0 * 2048.0 * 64.0,
+            attention_call::<4, 16, 2048>,
+        ),
+        spec_flops("gau 1x2048 d512 e1024 s128", gau_flops(1, 2048), gau_call::<1, 2048>),
     ];
     let quick = ["softmax 4096x1024", "linear 128x384→1536 gelu", "attention 1x8x512x64"];
     match plan.scope {
         super::Scope::Quick => all.into_iter().filter(|s| quick.contains(&s.shape)).collect(),
         super::Scope::Default => all,
         super::Scope::Full => all.into_iter().chain(many).collect(),
+    }
+}
+
+fn spec_flops(shape: &'static str, flops: f64, make: fn(Kernels) -> Result<Call, String>) -> Spec {
+    Spec {
+        shape,
+        flops: Some(flops),
+        elements: None,
+        make,
     }
 }
 
@@ -260,23 +247,33 @@ fn measure(spec: &Spec, ctx: &Context) -> Result<Vec<Row>, ReportError> {
             pool.install(|| black_box(call(k.with_parallelism(Parallelism::Rayon(*n)), false)));
         }
     });
-    Ok(pools
+    let row = Row {
+        isa: k.isa().to_string(),
+        shape: spec.shape.to_string(),
+        flops: spec.flops,
+        elements: spec.elements,
+        ..Row::default()
+    };
+    Ok(rows_per_count(&pools, &samples, row))
+}
+
+/// The rows of `row`'s shape, one per pool: setting `1 + i` of `samples` against setting 0
+/// (one thread), named `<shape> on <N>`.
+fn rows_per_count(pools: &[(usize, rayon::ThreadPool)], samples: &timing::Samples, row: Row) -> Vec<Row> {
+    pools
         .iter()
         .enumerate()
         .map(|(i, (n, _))| Row {
             kernel: KERNEL.to_string(),
-            isa: k.isa().to_string(),
             dtype: "f32".to_string(),
-            shape: format!("{} on {n}", spec.shape),
-            flops: spec.flops,
-            elements: spec.elements,
+            shape: format!("{} on {n}", row.shape),
             ns_per_iter: samples.median(1 + i),
             vs: vec![("1 thread".to_string(), samples.speedup(1 + i, 0))],
             rel_iqr: samples.rel_iqr(1 + i),
             rounds: samples.rounds(),
-            ..Row::default()
+            ..row.clone()
         })
-        .collect())
+        .collect()
 }
 
 const COPY_SHAPE: &str = "copy 32 MiB";
@@ -313,24 +310,15 @@ fn copy_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
         black_box(&*y);
     };
     let samples = timing::interleaved(1 + pools.len(), &batches(ctx), |c| run(c, &mut y));
-    Ok(pools
-        .iter()
-        .enumerate()
-        .map(|(i, (n, _))| Row {
-            kernel: KERNEL.to_string(),
-            isa: isa.to_string(),
-            dtype: "f32".to_string(),
-            shape: format!("{COPY_SHAPE} on {n}"),
-            bytes: Some((2 * len * 4) as f64),
-            elements: Some(len as f64),
-            ns_per_iter: samples.median(1 + i),
-            vs: vec![("1 thread".to_string(), samples.speedup(1 + i, 0))],
-            rel_iqr: samples.rel_iqr(1 + i),
-            rounds: samples.rounds(),
-            method: Some(roofline::copy_name(isa, stores)),
-            ..Row::default()
-        })
-        .collect())
+    let row = Row {
+        isa: isa.to_string(),
+        shape: COPY_SHAPE.to_string(),
+        bytes: Some((2 * len * 4) as f64),
+        elements: Some(len as f64),
+        method: Some(roofline::copy_name(isa, stores)),
+        ..Row::default()
+    };
+    Ok(rows_per_count(&pools, &samples, row))
 }
 
 const FMA_SHAPE: &str = "fma peak";
@@ -363,24 +351,14 @@ fn fma_rows(ctx: &Context) -> Result<Vec<Row>, ReportError> {
         }
     };
     let samples = timing::interleaved(1 + pools.len(), &batches(ctx), run);
-    let flops = (FMA_TOTAL_ITERS * roofline::fma_flops_per_iter(isa)) as f64;
-    Ok(pools
-        .iter()
-        .enumerate()
-        .map(|(i, (n, _))| Row {
-            kernel: KERNEL.to_string(),
-            isa: isa.to_string(),
-            dtype: "f32".to_string(),
-            shape: format!("{FMA_SHAPE} on {n}"),
-            flops: Some(flops),
-            ns_per_iter: samples.median(1 + i),
-            vs: vec![("1 thread".to_string(), samples.speedup(1 + i, 0))],
-            rel_iqr: samples.rel_iqr(1 + i),
-            rounds: samples.rounds(),
-            method: Some(roofline::fma_name(isa)),
-            ..Row::default()
-        })
-        .collect())
+    let row = Row {
+        isa: isa.to_string(),
+        shape: FMA_SHAPE.to_string(),
+        flops: Some((FMA_TOTAL_ITERS * roofline::fma_flops_per_iter(isa)) as f64),
+        method: Some(roofline::fma_name(isa)),
+        ..Row::default()
+    };
+    Ok(rows_per_count(&pools, &samples, row))
 }
 
 fn softmax_call<const ROWS: usize>(_: Kernels) -> Result<Call, String> {
