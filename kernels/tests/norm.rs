@@ -1050,12 +1050,11 @@ fn short_rows_by_groups_match_the_row_loop_bit_for_bit() {
 
 /// LayerNorm's long rows (`d ≥ 4096`) go by columns in calls of at most 1 MiB (all operands,
 /// on AVX-512) and through the row loop beyond, plain and add forms; both must give the same
-/// bits. The
-/// first rows of a call beyond (for `layer_norm` 20 rows, two groups of columns, the second
-/// one short, in f32, f16 and bf16; for `add_layer_norm` as many as 1 MiB holds with four
-/// operands; a row with a NaN and one of ±10³⁰, which take the f64 path, among them) are held
-/// against the same rows alone, through every form, on every ISA, with rows that fill their
-/// vectors and rows with a tail.
+/// bits. The first rows of a call beyond (for `layer_norm` 20 rows, two groups of columns, the
+/// second one short, in f32, f16 and bf16; for `add_layer_norm` as many as 1 MiB holds with
+/// four operands; a row with a NaN and one of ±10³⁰, which take the f64 path, among them) are
+/// held against the same rows alone, through every form, on every ISA, with rows that fill
+/// their vectors and rows with a tail.
 #[test]
 fn long_rows_by_columns_match_the_row_loop_bit_for_bit() {
     let mut g = Normal(0x6a09_e667_f3bc_c908);

@@ -263,8 +263,8 @@ impl Kernels {
 /// becomes a row of ones and an absent `β` a row of −0, whose operations leave every bit as
 /// it would be without them (`v·1 = v`, `v + (−0) = v`, also for ±0 and in the f64 path).
 /// Instances per combination made the norms the largest part of the crate's build (its time
-/// and peak memory); the neutral rows cost the calls that omit a parameter one allocation of `d` floats
-/// and the loads, nothing to the others.
+/// and peak memory); the neutral rows cost the calls that omit a parameter one allocation of
+/// `d` floats and the loads, nothing to the others.
 unsafe fn norm_rows<E: Element>(k: &Kernels, call: &NormCall<E>) {
     let neutral = |p: *const f32, v: f32| p.is_null().then(|| vec![v; call.d]);
     let ones = neutral(call.gamma, 1.0);

@@ -586,9 +586,8 @@ unsafe fn sweep_row<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(
 
 /// The rows of a call through the source `R` where they do not go by groups or blocks:
 /// LayerNorm's long rows by columns in calls that fit, on 16 lanes ([`by_columns`]), else
-/// [`each_row`],
-/// with a loop of its own for LayerNorm's short rows ([`is_short`]) and one for its long
-/// rows, so that the long rows' loop carries no code for the short rows' blocks.
+/// [`each_row`], with a loop of its own for LayerNorm's short rows ([`is_short`]) and one for
+/// its long rows, so that the long rows' loop carries no code for the short rows' blocks.
 ///
 /// # Safety
 /// As `api::norm_rows`, with `R` the call's source (plain, or the add source of [`AddWalk`]).
