@@ -611,10 +611,11 @@ unsafe fn each_row_of<S: Simd, E: Element, Op: RowOp, R: RowSource<S, E>>(s: S, 
 /// `γ` and `β` from L2 for every row. Shorter rows are read from L1 by the row loop already.
 const COLUMNS_MIN_D: usize = 4096;
 
-/// By columns only where a vector holds at least this many f32 (AVX-512). With 8 lanes the
-/// sweep issues twice the instructions per value, the L2 reads of `γ` and `β` hide behind
-/// them, and by columns only adds the re-read of each row from L2: the row loop was faster on
-/// AVX2 at every shape that goes by columns.
+/// By columns only where a vector holds at least this many f32 (AVX-512): measured A/B, the
+/// row loop was faster on AVX2 at every shape that goes by columns, by columns faster on
+/// AVX-512. A likely reason, not measured apart: with 8 lanes the sweep issues twice the
+/// instructions per value, the L2 reads of `γ` and `β` hide behind them, and by columns only
+/// adds the re-read of each row from L2.
 const COLUMNS_MIN_LANES: usize = 16;
 
 /// Values of each row normalized at a time by [`by_columns`]: `γ` and `β` for them (8 KiB)
