@@ -9,8 +9,7 @@ use crate::attention::MaskShape;
 use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{
-    assert_tile_fits, gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_MR,
-    MAX_NR, ROW_BLOCKS,
+    assert_tile_fits, gemm, load_n, pack_b, pack_bt, packed_len, rank_update, store_n, tile, Epilogue, TileAt, MAX_NR,
 };
 use crate::math::activation::swish;
 use crate::math::exp::exp_nonpositive;
@@ -91,10 +90,14 @@ pub(super) enum Phase {
     Attend(usize),
 }
 
-/// Rows of a unit of a sequence split over threads: a multiple of the row blocks of every
-/// ISA's tile (`ROW_BLOCKS·MR`, with `MR` 6 or 4), so that a part's blocks are the whole
-/// call's.
-pub(super) const ROW_UNIT: usize = ROW_BLOCKS * 12;
+/// Query rows per block of the attention, whole micro-blocks of every ISA's tile (`MR` 6 or
+/// 4). A sequence split over threads is split at multiples of it, so that a part's blocks, and
+/// the keys each block visits, are the whole call's: the bits do not depend on the split. Not
+/// a larger multiple: 1024 rows in units of 96 split 576 + 448 over two threads.
+pub(super) const BLOCK_ROWS: usize = 48;
+
+/// Micro-blocks per block for the smallest `MR` (4): the length of the per-block arrays.
+const MICROS: usize = BLOCK_ROWS / 4;
 
 /// Floats of the block accumulators of one part: the block's output rows and its probability
 /// tiles.
@@ -107,7 +110,7 @@ impl<E: Element> Split for GauCall<E> {
     fn units(&self) -> usize {
         match self.phase {
             Phase::All => self.batches.1 - self.batches.0,
-            Phase::Project(_) | Phase::Attend(_) => (self.rows.1 - self.rows.0).div_ceil(ROW_UNIT),
+            Phase::Project(_) | Phase::Attend(_) => (self.rows.1 - self.rows.0).div_ceil(BLOCK_ROWS),
             Phase::Weights | Phase::Keys(_) => 1,
         }
     }
@@ -123,8 +126,8 @@ impl<E: Element> Split for GauCall<E> {
         let fmas = match self.phase {
             // The projections in and out, and the attention.
             Phase::All => t.saturating_mul(d.saturating_mul(3 * e + sd).saturating_add(t.saturating_mul(sd + e))),
-            Phase::Project(_) => ROW_UNIT.saturating_mul(d).saturating_mul(2 * e + sd),
-            Phase::Attend(_) => ROW_UNIT.saturating_mul(t.saturating_mul(sd + e).saturating_add(e * d)),
+            Phase::Project(_) => BLOCK_ROWS.saturating_mul(d).saturating_mul(2 * e + sd),
+            Phase::Attend(_) => BLOCK_ROWS.saturating_mul(t.saturating_mul(sd + e).saturating_add(e * d)),
             Phase::Weights | Phase::Keys(_) => usize::MAX,
         };
         GRAIN_FMAS.div_ceil(fmas.max(1))
@@ -138,8 +141,8 @@ impl<E: Element> Split for GauCall<E> {
                 ..*self
             },
             Phase::Project(_) | Phase::Attend(_) => {
-                let start = self.rows.0 + units.start * ROW_UNIT;
-                let end = (self.rows.0 + units.end * ROW_UNIT).min(self.rows.1);
+                let start = self.rows.0 + units.start * BLOCK_ROWS;
+                let end = (self.rows.0 + units.end * BLOCK_ROWS).min(self.rows.1);
                 // Part 0 uses the slot's own accumulators, part `i` the `i`-th after the slot.
                 let blocks = match (self.phase, index) {
                     (Phase::Attend(_), i) if i > 0 => self.workspace.wrapping_add(self.slot + (i - 1) * self.block),
@@ -203,7 +206,7 @@ impl Layout {
             ..
         } = *shape;
         let w = e.checked_mul(2)?.checked_add(s)?;
-        let rows = ROW_BLOCKS * MAX_MR;
+        let rows = BLOCK_ROWS;
         Some(Layout {
             w_in: if packed {
                 0
@@ -563,7 +566,8 @@ unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
     // stride is never a multiple of 4 KiB (e = 1024 would put every row of a micro-block in
     // the same L1 set, and make loads alias the stores of the row before).
     let e_pad = (e.div_ceil(nr) + 1) * nr;
-    let block = ROW_BLOCKS * MR;
+    const { assert!(BLOCK_ROWS.is_multiple_of(MR) && BLOCK_ROWS / MR <= MICROS) };
+    let block = BLOCK_ROWS;
     let mut i0 = span.start;
     while i0 < span.end {
         let rows = block.min(span.end - i0);
@@ -571,13 +575,13 @@ unsafe fn attend<S: Simd, E: Element, const MR: usize, const NV: usize>(
         // SAFETY: the block's accumulators hold `block·e_pad ≤ layout.o_acc` floats.
         unsafe { std::slice::from_raw_parts_mut(o_acc, micro * MR * e_pad).fill(0.0) };
         let key_end = if c.causal { valid.min(i0 + rows) } else { valid };
-        let mut states = [RowSoftmax::<S, MR>::new(s); ROW_BLOCKS];
-        let mut alphas = [[s.splat(1.0); MR]; ROW_BLOCKS];
+        let mut states = [RowSoftmax::<S, MR>::new(s); MICROS];
+        let mut alphas = [[s.splat(1.0); MR]; MICROS];
         // `n_i` of each row of the block's micro-blocks, as `scores` maps their rows; only
         // where the attention reads it.
         let counted = matches!(c.attention, GauAttention::SoftmaxPlus { .. })
             || c.normalizer == Normalizer::ValidKeys && !matches!(c.attention, GauAttention::Softmax);
-        let counts: [[usize; MR]; ROW_BLOCKS] = array::from_fn(|m| {
+        let counts: [[usize; MR]; MICROS] = array::from_fn(|m| {
             array::from_fn(|r| {
                 let i = (i0 + m * MR + r).min(i0 + rows - 1);
                 if counted && m < micro {

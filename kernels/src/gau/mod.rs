@@ -86,9 +86,9 @@
 //! 1. `X·W_in` with bias and swish applied to the accumulator tile before it is stored
 //!    (`W_in` packed once per call, or once for good with [`Kernels::pack_gau_weights`]);
 //!    `Q`, `K` from `Z` (and RoPE), `K` packed for the scores;
-//! 2. per block of `8·MR` query rows, per tile of keys: the `Q·Kᵀ` tile in registers, scaled,
+//! 2. per block of 48 query rows, per tile of keys: the `Q·Kᵀ` tile in registers, scaled,
 //!    biased, `relu²/l` and masked there, stored as a small L1 tile; then `A·V` accumulated
-//!    into the block's rows (`V` read in place, each tile of it reused by the block's 8
+//!    into the block's rows (`V` read in place, each tile of it reused by the block's `48/MR`
 //!    micro-blocks); key tiles no row of the block may see are skipped. No `T × T` buffer
 //!    exists;
 //! 3. the gate `U ⊙ A·V` as the block's epilogue, written over `U`;
@@ -96,9 +96,9 @@
 //!
 //! Split over threads ([`Kernels::with_parallelism`]), a call goes by sequences, each part
 //! with a workspace slot of its own; with fewer sequences than threads, each sequence goes by
-//! blocks of 96 rows instead: step 1 split over them, the keys packed on the calling thread,
-//! steps 2–4 split over them (each part with its own block accumulators). 96 rows are whole
-//! blocks of every ISA's `8·MR` rows, so every row is computed as on one thread.
+//! blocks of 48 rows instead: step 1 split over them, the keys packed on the calling thread,
+//! steps 2–4 split over them (each part with its own block accumulators). The parts' blocks
+//! are the call's, so every row is computed as on one thread.
 
 mod body;
 mod options;
