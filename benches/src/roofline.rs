@@ -394,15 +394,24 @@ pub fn cache_size(level: u32) -> Option<usize> {
 
 /// The CPU's model name from `/proc/cpuinfo`, or the architecture's name.
 pub fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|v| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+    cpuinfo_field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The x86 CPU's family and model numbers from `/proc/cpuinfo`, if it gives them. Virtual
+/// machines often name the CPU only "AMD EPYC": a Zen 4 (family 25) and a Zen 5 (family 26)
+/// are told apart by these.
+pub fn cpu_family_model() -> Option<(u32, u32)> {
+    let number = |key: &str| cpuinfo_field(key)?.parse().ok();
+    Some((number("cpu family")?, number("model")?))
+}
+
+/// The value of the first `/proc/cpuinfo` line whose key is `key`.
+fn cpuinfo_field(key: &str) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == key).then(|| v.trim().to_string())
+    })
 }
 
 #[cfg(test)]

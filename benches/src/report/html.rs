@@ -632,6 +632,7 @@ mod tests {
         let outcomes = read(TARGETS, &rows);
         let run = Run {
             cpu: "Test CPU".into(),
+            family_model: None,
             l2: Some(1 << 20),
             isas: vec!["avx512".into(), "scalar".into()],
             scope: Scope::Quick,

@@ -14,6 +14,8 @@ use super::Scope;
 pub struct Run {
     /// The CPU's model name.
     pub cpu: String,
+    /// The x86 CPU's family and model numbers, where the system gives them.
+    pub family_model: Option<(u32, u32)>,
     /// The level-2 cache in bytes, if the system says.
     pub l2: Option<usize>,
     /// The ISAs measured, best first.
@@ -37,6 +39,7 @@ impl Run {
     pub fn now(ctx: &Context, l2: Option<usize>, scope: Scope, kernels: Option<Vec<String>>) -> Run {
         Run {
             cpu: crate::roofline::cpu_name(),
+            family_model: crate::roofline::cpu_family_model(),
             l2,
             isas: ctx.kernels.iter().rev().map(|k| k.isa().to_string()).collect(),
             scope,
@@ -62,16 +65,24 @@ impl Run {
         format!("{y:04}-{m:02}-{d:02}")
     }
 
-    /// A short name of the machine: the CPU's model and the SIMD ISAs, e.g.
-    /// `amd-epyc-avx512-avx2`.
+    /// A short name of the machine: the CPU's model name, its family and model numbers, and
+    /// the SIMD ISAs, e.g. `amd-epyc-f25m17-avx512-avx2`.
     pub fn machine(&self) -> String {
-        let simd: Vec<&str> = self
-            .isas
-            .iter()
-            .map(String::as_str)
-            .filter(|i| *i != "scalar")
+        let mut words: Vec<String> = self
+            .family_model
+            .map(|(f, m)| format!("f{f}m{m}"))
+            .into_iter()
             .collect();
-        slug(&self.cpu, &simd)
+        words.extend(self.isas.iter().filter(|i| *i != "scalar").cloned());
+        slug(&self.cpu, &words.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// The CPU's name, with its family and model numbers where known.
+    fn cpu_described(&self) -> String {
+        match self.family_model {
+            Some((f, m)) => format!("{} (family {f}, model {m})", self.cpu),
+            None => self.cpu.clone(),
+        }
     }
 
     /// The first line of the text report.
@@ -87,7 +98,7 @@ impl Run {
         };
         format!(
             "kernels report: {}; {l2}; ISAs {}; {scope}; {} {}x{:.0} ms rounds",
-            self.cpu,
+            self.cpu_described(),
             self.isas.join(", "),
             self.date(),
             self.rounds,
@@ -101,6 +112,8 @@ impl Run {
         o.str("kind", "run");
         o.str("machine", &self.machine());
         o.str("cpu", &self.cpu);
+        o.num("cpu_family", self.family_model.map(|(f, _)| f64::from(f)));
+        o.num("cpu_model", self.family_model.map(|(_, m)| f64::from(m)));
         o.num("l2_bytes", self.l2.map(|b| b as f64));
         o.raw(
             "isas",
@@ -209,6 +222,7 @@ mod tests {
     fn runs_of_some_kernels_have_files_of_their_own() {
         let mut run = Run {
             cpu: "AMD EPYC".to_string(),
+            family_model: None,
             l2: None,
             isas: vec!["avx512".to_string(), "scalar".to_string()],
             scope: Scope::Full,
@@ -223,6 +237,13 @@ mod tests {
         assert_eq!(file_name(&run), "amd-epyc-avx512-1970-01-01-linear-gelu.jsonl");
         assert!(run.json().contains(r#""kernels":["linear","gelu"]"#), "{}", run.json());
         assert!(run.json().contains(r#""threads":[2]"#), "{}", run.json());
+        run.family_model = Some((25, 17));
+        assert_eq!(file_name(&run), "amd-epyc-f25m17-avx512-1970-01-01-linear-gelu.jsonl");
+        assert!(
+            run.json().contains(r#""cpu_family":25,"cpu_model":17"#),
+            "{}",
+            run.json()
+        );
     }
 
     #[test]
