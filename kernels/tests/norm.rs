@@ -897,10 +897,12 @@ fn assert_first_rows_alone(k: &Kernels, all: &AddCase, few: usize) {
 /// memory whatever the machine's cache (a virtual machine may report hundreds of MiB).
 const TEST_CACHE: usize = 1 << 20;
 
-/// The f32 add forms with short rows go by blocks in calls that fit the last-level cache (for
-/// LayerNorm, groups of rows whose first pass builds `h`; for RMSNorm, the add for a block of
-/// rows, then the plain row loop over it), and through the fused row loop beyond it. Both must give the same bits: the rows of a call beyond the cache are held
-/// against the same rows run alone, with the kernels assuming a cache of [`TEST_CACHE`].
+/// The f32 add forms with short rows go their own way in calls that fit the last-level cache
+/// (for LayerNorm, groups of rows whose first pass builds `h` where the ISA holds the rows in
+/// registers; for RMSNorm, the add for a block of rows, then the plain row loop over it), and
+/// through the fused row loop beyond it. Both must give the same bits: the rows of a call
+/// beyond the cache are held against the same rows run alone, with the kernels assuming a
+/// cache of [`TEST_CACHE`].
 #[test]
 fn add_forms_by_blocks_match_the_row_loop_bit_for_bit() {
     let llc = TEST_CACHE;

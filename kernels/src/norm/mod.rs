@@ -37,8 +37,9 @@
 //!   ends a row's statistics overlaps independent work.
 //! - Short rows (a few vectors) go by groups of rows, their reductions in vectors across rows;
 //!   LayerNorm's rows of 4096 values or more, in calls of at most 1 MiB, by columns on
-//!   AVX-512 (on AVX2 the row loop is faster there); short f32 add rows by blocks that build
-//!   `h` for many rows before their statistics.
+//!   AVX-512 (on AVX2 the row loop is faster there); LayerNorm's short f32 add rows by groups
+//!   whose first pass builds `h`, RMSNorm's by blocks that build `h` for many rows before
+//!   their statistics.
 //! - Calls beyond the last-level cache stream `y` (and `h`) around the caches and prefetch the
 //!   next row. `api.rs` decides both from the shape, the storage type and the machine's caches.
 //! - The add forms store the f32 `h` (to the `h` output or to `y` as scratch) for the

@@ -125,7 +125,9 @@ impl Walk for PlainWalk {
     }
 }
 
-/// The f32 add forms with short rows and an `h` to build them in: [`by_blocks`].
+/// The f32 add forms with short rows and an `h` to build them in: LayerNorm's by groups
+/// ([`by_groups`]) where the ISA holds the rows in registers, else by the row loop; RMSNorm's
+/// by blocks ([`by_blocks`]).
 pub(crate) struct Blocks<const BIAS: bool>;
 
 impl Blocks<false> {
@@ -148,11 +150,15 @@ impl<const BIAS: bool> Walk for Blocks<BIAS> {
         }
         // SAFETY: `call.bias` is null exactly when `!BIAS`; forwarded.
         unsafe {
-            if Op::GROUPS && is_short::<S, AddResidual<S, E, BIAS>>(call.d) {
+            if !Op::GROUPS {
+                by_blocks::<S, E, Op, BIAS>(s, call);
+            } else if is_short::<S, AddResidual<S, E, BIAS>>(call.d) {
                 // The blocks' add fused into the groups' first pass.
                 by_groups::<S, E, Op, AddResidual<S, E, BIAS>>(s, call, call.h.cast_const());
             } else {
-                by_blocks::<S, E, Op, BIAS>(s, call);
+                // LayerNorm's rows too long for the groups (65 to 128 values on AVX2): the
+                // row loop, measured faster than the blocks there.
+                each_row_of::<S, E, Op, AddResidual<S, E, BIAS>>(s, call);
             }
         }
     }
@@ -277,22 +283,23 @@ pub(crate) trait RowOp {
     fn outputs(st: Self::Stats) -> (f32, f32);
 }
 
-/// Rows of the f32 add forms at most this long go by blocks ([`by_blocks`]) in calls that fit
-/// the last-level cache: short rows gain from building `h` for many rows at once; longer rows
-/// gain less and not everywhere, and beyond the last-level cache the blocks lose the row loop's
-/// overlap of reading one row with computing another.
+/// Rows of the f32 add forms at most this long go by [`Blocks`] in calls that fit the
+/// last-level cache: short rows gain from building `h` for many rows at once (RMSNorm's by
+/// blocks, 1.1–1.6× the row loop at 64 to 128 values); longer rows gain less and not
+/// everywhere, and beyond the last-level cache the blocks lose the row loop's overlap of
+/// reading one row with computing another.
 pub(super) const BLOCKS_MAX_D: usize = 128;
 
 /// Rows of a block of [`by_blocks`]: as many as this many values hold (8 KiB of f32 per
 /// operand, so that `x`, `r`, `h` and `y` of a block fit L1 together).
 const ADD_BLOCK: usize = 2048;
 
-/// The f32 add forms with short rows, where they do not go by groups, a block of rows at a
-/// time: `h = α·x + (r + b)` for the whole block (stored to `h`, which is the `h` output, `y`
-/// as scratch, or `x` in place), then the plain row loop over the block's `h`, still in L1.
-/// The values, and every operation on them, are those of the row loop of the add forms, so
-/// the bits are too; what changes is that a short row's statistics no longer wait behind
-/// its add (see [`BLOCKS_MAX_D`]).
+/// RMSNorm's f32 add forms with short rows, a block of rows at a time: `h = α·x + (r + b)`
+/// for the whole block (stored to `h`, which is the `h` output, `y` as scratch, or `x` in
+/// place), then the plain row loop over the block's `h`, still in L1. The values, and every
+/// operation on them, are those of the row loop of the add forms, so the bits are too; what
+/// changes is that a short row's statistics no longer wait behind its add (see
+/// [`BLOCKS_MAX_D`]).
 ///
 /// # Safety
 /// As `api::norm_rows`, with `call.blocks`: f32, `h` not null, `y` equal to `h` or distinct.
