@@ -211,10 +211,18 @@ impl PanelRow for Bf16Pairs {
 /// on the stack.
 const CHUNK: usize = 256;
 
-/// `acc[r] += Σ_{kk < k} a[r][kk]·B[kk]` over `k` rows of a packed panel.
+/// Rows of the smaller tile that a block of at most this many rows (the last of a call) runs
+/// on, where the ISA's tile is taller: M = 16 on a tile of 6 rows is 6 + 6 + 4, and the last
+/// block would otherwise spend a third of its multiply-adds on repeated rows.
+const SHORT_ROWS: usize = 4;
+
+/// `acc[r] += Σ_{kk < k} a[r][kk]·B[kk]` over `k` rows of a packed panel, for the first
+/// `rows` rows of the tile: on the tile's `MR` rows, or on its first [`SHORT_ROWS`] where
+/// `rows` fits them (the other rows of `acc` are left as they are). Either way each row's
+/// sums are the same operations in the same order.
 ///
 /// # Safety
-/// Each `a[r]` holds `k` floats; `bp` holds `k` rows of `words` words.
+/// Each `a[r]` holds `k` floats; `bp` holds `k` rows of `words` words; `1 ≤ rows ≤ MR`.
 #[inline(always)]
 unsafe fn accumulate<S: Simd, P: PanelRow, const MR: usize, const NV: usize>(
     s: S,
@@ -222,13 +230,36 @@ unsafe fn accumulate<S: Simd, P: PanelRow, const MR: usize, const NV: usize>(
     bp: *const u32,
     k: usize,
     words: usize,
+    rows: usize,
     acc: &mut [[S::V; NV]; MR],
 ) {
+    // SAFETY (both): forwarded.
+    if MR > SHORT_ROWS && rows <= SHORT_ROWS {
+        unsafe { accumulate_first::<S, P, SHORT_ROWS, MR, NV>(s, a, bp, k, words, acc) }
+    } else {
+        unsafe { accumulate_first::<S, P, MR, MR, NV>(s, a, bp, k, words, acc) }
+    }
+}
+
+/// [`accumulate`] for the first `R ≤ MR` rows of the tile.
+///
+/// # Safety
+/// As [`accumulate`].
+#[inline(always)]
+unsafe fn accumulate_first<S: Simd, P: PanelRow, const R: usize, const MR: usize, const NV: usize>(
+    s: S,
+    a: &[*const f32; MR],
+    bp: *const u32,
+    k: usize,
+    words: usize,
+    acc: &mut [[S::V; NV]; MR],
+) {
+    const { assert!(R <= MR) };
     for kk in 0..k {
         // SAFETY: row `kk < k` of the panel and element `kk` of each row of `a`.
         unsafe {
             let b = P::load::<S, NV>(s, bp.add(kk * words));
-            for r in 0..MR {
+            for r in 0..R {
                 let av = s.splat(*a[r].add(kk));
                 for v in 0..NV {
                     acc[r][v] = s.mul_add(av, b[v], acc[r][v]);
@@ -278,7 +309,7 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                     *a = unsafe { c.x.add((i0 + r.min(rows - 1)) * k).cast::<f32>() };
                 }
                 // SAFETY: the rows hold `k` floats, the panel `k` rows.
-                unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, &mut acc) };
+                unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, rows, &mut acc) };
             } else {
                 let mut k0 = 0;
                 while k0 < k {
@@ -301,7 +332,7 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                         }
                     }
                     // SAFETY: the buffer's rows hold `len` floats, the panel rows `k0..k0 + len`.
-                    unsafe { accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, &mut acc) };
+                    unsafe { accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, rows, &mut acc) };
                     k0 += len;
                 }
             }
