@@ -331,8 +331,8 @@ fn gau() {
         expand: 128,
         qk_dim: 32,
     };
-    // One sequence of 500: split within it, the attention over 11 blocks of 48 rows (one or
-    // two a part) and the projections over 3 parts of 3 or 4 blocks; causal, with RoPE.
+    // One sequence of 500: split within it, the attention over 11 blocks of 48 rows (as many
+    // parts as threads) and the projections over 3 parts of 3 or 4 blocks; causal, with RoPE.
     let single = GauShape {
         batch: 1,
         seq_len: 500,
