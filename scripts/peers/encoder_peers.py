@@ -43,7 +43,6 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
-import ctypes  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import shlex  # noqa: E402
@@ -60,20 +59,9 @@ import torch  # noqa: E402
 from onnxruntime.transformers import optimizer as ort_optimizer  # noqa: E402
 from transformers import BertModel  # noqa: E402
 from transformers.utils import logging as transformers_logging  # noqa: E402
+from peers_common import cpu_name, keep_freed_memory  # noqa: E402
 
 REFERENCE = "onnxruntime"  # the ratio column divides by this contender
-
-
-def keep_freed_memory():
-    """Keeps freed blocks under 32 MiB in the heap rather than returning them to the system.
-
-    PyTorch allocates a fresh output at each call; with glibc's adaptive mmap threshold and heap
-    trimming, whether that costs page faults depended on the cases run before (add_layer_norm
-    measured up to 7x slower), so every contender runs with this fixed allocator state instead.
-    """
-    libc = ctypes.CDLL(None)
-    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD, at its largest
 
 
 def encoder_flops(config, batch, tokens):
@@ -208,19 +196,6 @@ def contenders(model, sessions, batch, tokens, vocab, rust_cmd, threads):
     if rust_cmd:
         found.append(Command(rust_cmd, batch, tokens, threads))
     return found
-
-
-def cpu_name():
-    """The model name, with the x86 family and model numbers where /proc/cpuinfo gives them
-    (virtual machines name a Zen 4 and a Zen 5 alike "AMD EPYC"), as the report's headline."""
-    fields = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "unknown CPU")
-    if "cpu family" in fields and "model" in fields:
-        name += f" (family {fields['cpu family']}, model {fields['model']})"
-    return name
 
 
 def main():

@@ -28,12 +28,10 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = "1"  # before torch loads
 
 import argparse  # noqa: E402
-import ctypes  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -41,21 +39,10 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
+from peers_common import cpu_name, keep_freed_memory  # noqa: E402
 
 EPS = 1e-12  # LayerNorm epsilon of the MiniLM encoder
 RNG = np.random.default_rng(0)
-
-
-def keep_freed_memory():
-    """Keeps freed blocks under 32 MiB in the heap rather than returning them to the system.
-
-    PyTorch allocates a fresh output at each call; with glibc's adaptive mmap threshold and heap
-    trimming, whether that costs page faults depended on the cases run before (add_layer_norm
-    measured up to 7x slower), so every contender runs with this fixed allocator state instead.
-    """
-    libc = ctypes.CDLL(None)
-    libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD, at its largest
 
 
 def randn(*shape):
@@ -185,19 +172,6 @@ def rate(run, calls, work):
     for _ in range(calls):
         run()
     return work * calls / (time.perf_counter() - start) / 1e9
-
-
-def cpu_name():
-    """The model name, with the x86 family and model numbers where /proc/cpuinfo gives them
-    (virtual machines name a Zen 4 and a Zen 5 alike "AMD EPYC"), as the report's headline."""
-    fields = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "unknown CPU")
-    if "cpu family" in fields and "model" in fields:
-        name += f" (family {fields['cpu family']}, model {fields['model']})"
-    return name
 
 
 def main():
