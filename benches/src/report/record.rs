@@ -68,13 +68,10 @@ impl Run {
     /// A short name of the machine: the CPU's model name, its family and model numbers, and
     /// the SIMD ISAs, e.g. `amd-epyc-f25m17-avx512-avx2`.
     pub fn machine(&self) -> String {
-        let mut words: Vec<String> = self
-            .family_model
-            .map(|(f, m)| format!("f{f}m{m}"))
-            .into_iter()
-            .collect();
-        words.extend(self.isas.iter().filter(|i| *i != "scalar").cloned());
-        slug(&self.cpu, &words.iter().map(String::as_str).collect::<Vec<_>>())
+        let family_model = self.family_model.map(|(f, m)| format!("f{f}m{m}"));
+        let simd = self.isas.iter().filter(|i| *i != "scalar");
+        let words: Vec<&str> = family_model.iter().chain(simd).map(String::as_str).collect();
+        slug(&self.cpu, &words)
     }
 
     /// The CPU's name, with its family and model numbers where known.
