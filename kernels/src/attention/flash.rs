@@ -364,6 +364,8 @@ impl Block {
         // every row of the block sees whole (inside `Lk`, before padding and the causal
         // diagonal) need no masking either.
         let plain = c.prev.is_null() && c.scores.is_null() && c.mask.is_null() && c.mean_factor.is_none();
+        // Without a mask, whole tiles need no per-vector tests: RealFormer's P in, S out.
+        let carried = !plain && c.mask.is_null();
         let whole_tiles = allowed.iter().min().map_or(0, |&a| a / nr);
         // Keys past the last one any row sees weigh exactly 0: `p·V` stops there.
         let last_key = allowed.iter().max().copied().unwrap_or(0);
@@ -415,6 +417,11 @@ impl Block {
                             }
                         }
                     }
+                } else if carried && t < whole_tiles {
+                    // SAFETY: as above.
+                    z = unsafe { tile::<S, MR, NV>(s, &q_rows, keys, dk) };
+                    // SAFETY: forwarded; tile `t` is whole and inside head `(b, h)`.
+                    unsafe { self.carried_scores(s, c, &mut z, t) };
                 } else {
                     // SAFETY: as above.
                     z = unsafe { tile::<S, MR, NV>(s, &q_rows, keys, dk) };
@@ -536,6 +543,66 @@ impl Block {
     #[inline(always)]
     fn row(&self, r: usize) -> usize {
         self.i0 + r.min(self.rows - 1)
+    }
+
+    /// The score step of a whole tile `t` (every row sees all its keys, inside `Lk`) of a call
+    /// without a mask: `z ← scale·z (+ P)`, stored to S when asked, then the running mean (its
+    /// factor applied before the store where S carries the softmax's input). The same values
+    /// as [`Block::scores`] gives such a tile, without its per-vector tests.
+    ///
+    /// # Safety
+    /// As [`Block::scores`], and the tile is whole.
+    #[inline(always)]
+    unsafe fn carried_scores<S: Simd, E: Element, const MR: usize, const NV: usize>(
+        &self,
+        s: S,
+        c: &AttentionCall<E>,
+        z: &mut [[S::V; NV]; MR],
+        t: usize,
+    ) {
+        let lanes = S::LANES;
+        let scale = s.splat(c.scale);
+        let head_row = (self.b * c.heads + self.h) * c.q_len;
+        let j0 = t * self.nr;
+        let at: [usize; MR] = array::from_fn(|r| (head_row + self.row(r)) * c.kv_len + j0);
+        // (A function, not a closure: a closure over vectors carries no target features.)
+        #[inline(always)]
+        fn mean<S: Simd, const MR: usize, const NV: usize>(s: S, z: &mut [[S::V; NV]; MR], factor: Option<f32>) {
+            if let Some(f) = factor {
+                let f = s.splat(f);
+                for zv in z.iter_mut().flatten() {
+                    *zv = s.mul(*zv, f);
+                }
+            }
+        }
+        // Every row's P is loaded before any row's S is stored: P and S of the same score lie
+        // at the same address modulo 4 KiB whenever their buffers do (as two large
+        // allocations often are), and so do consecutive rows when `Lk` is a multiple of
+        // 1024; a load behind a store to such an address waits for it (4K aliasing).
+        // SAFETY (both loops): the tile's `nr` keys of row `row(r)` lie inside `Lk`, so
+        // inside row `row(r)` of P and of the scores.
+        for (r, zr) in z.iter_mut().enumerate() {
+            for (v, zv) in zr.iter_mut().enumerate() {
+                *zv = if c.prev.is_null() {
+                    s.mul(*zv, scale)
+                } else {
+                    s.mul_add(*zv, scale, unsafe { s.load(c.prev.add(at[r] + v * lanes)) })
+                };
+            }
+        }
+        if c.carry_masked {
+            mean(s, z, c.mean_factor);
+        }
+        if !c.scores.is_null() {
+            for (r, zr) in z.iter().enumerate().take(self.rows) {
+                for (v, &zv) in zr.iter().enumerate() {
+                    unsafe { s.store(c.scores.add(at[r] + v * lanes), zv) };
+                }
+            }
+        }
+        if !c.carry_masked {
+            mean(s, z, c.mean_factor);
+        }
     }
 
     /// The general score step of tile `t`: `z ← scale·z (+ P)`, stored to S when asked

@@ -84,6 +84,11 @@
 //! `p·V` tile narrower than the register tile runs a narrower micro-kernel. Measured figures,
 //! against the same-run FMA peak and the unfused composition, are in `benches/records/`.
 //!
+//! The RealFormer form without a mask reads `P` and writes `S` for whole tiles without
+//! per-vector tests, and loads every row's `P` before it stores any row's `S`: two large
+//! allocations often lie at the same offset modulo 4 KiB, and a load behind a store to such an
+//! address waits for it.
+//!
 //! Split over threads ([`Kernels::with_parallelism`]), the units of work are `(b, kv head)`
 //! pairs, and, where those are fewer than the threads, chunks of each head's query rows, a
 //! multiple of 48 rows (whole blocks of every ISA's `MR`, so every row is computed as on one
