@@ -121,8 +121,8 @@ pub mod softmax;
 mod stores;
 
 pub use attention::{
-    attention, AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores,
-    Layout, MaskShape,
+    attention, AdditiveMask, AttentionArgs, AttentionOptions, AttentionPlan, AttentionShape, AttentionWorkspace,
+    CarriedScores, Layout, MaskShape,
 };
 pub use dispatch::Kernels;
 pub use element::Element;

@@ -5,8 +5,8 @@ mod common;
 use common::{all_kernels, same, to_half};
 use kernels::half::{bf16, f16};
 use kernels::{
-    AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Element, Error,
-    Kernels, Layout, MaskShape, MaskedRows,
+    AdditiveMask, AttentionArgs, AttentionOptions, AttentionPlan, AttentionShape, AttentionWorkspace, Caches,
+    CarriedScores, Element, Error, Kernels, Layout, MaskShape, MaskedRows,
 };
 use proptest::prelude::*;
 
@@ -135,12 +135,17 @@ fn dim() -> impl Strategy<Value = usize> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
+    case_up_to(40, 70)
+}
+
+/// Cases of at most `q_max` query rows and `kv_max` keys.
+fn case_up_to(q_max: usize, kv_max: usize) -> impl Strategy<Value = Case> {
     let dims = (
         1usize..=2,
         1usize..=3,
         1usize..=2,
-        0usize..=40,
-        0usize..=70,
+        0usize..=q_max,
+        0usize..=kv_max,
         dim(),
         dim(),
     );
@@ -232,6 +237,48 @@ proptest! {
         for k in all_kernels() {
             let (out, scores) = c.run(&k, &mut ws);
             c.check(&k, &out, scores.as_deref())?;
+        }
+    }
+}
+
+/// `O` (widened) and the scores of a call.
+type Outputs = (Vec<f32>, Option<Vec<f32>>);
+
+/// `O` and the scores of `c` stored as `E`, through `k`.
+fn run_as<E: Element>(c: &Case, k: &Kernels, ws: &mut AttentionWorkspace) -> Outputs {
+    let s = c.shape;
+    let (q, kk, v) = (to_half::<E>(&c.q).0, to_half::<E>(&c.k).0, to_half::<E>(&c.v).0);
+    let mut out = vec![E::from_f32(f32::NAN); s.batch * s.heads * s.q_len * s.value_dim];
+    let mut scores = c.want_scores.then(|| vec![f32::NAN; c.n_scores()]);
+    k.attention(&s, &q, &kk, &v, &mut out, scores.as_deref_mut(), &c.opts(), ws)
+        .unwrap();
+    (out.iter().map(|o| o.to_f32()).collect(), scores)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: common::cases(60), ..ProptestConfig::default() })]
+
+    /// Blocking the keys for a small level-2 cache (blocks of 64 keys, each swept by a query
+    /// block of 48 rows) changes where the work is done, never a value: every output and score
+    /// is the bits of the walk that sweeps every key per block of rows, in each storage type.
+    #[test]
+    fn key_blocks_give_the_bits_of_the_row_walk(c in case_up_to(100, 200)) {
+        let mut ws = AttentionWorkspace::new();
+        for k in all_kernels() {
+            let small = k.with_caches(Caches { l2: 0, ..k.caches() });
+            let runs: [fn(&Case, &Kernels, &mut AttentionWorkspace) -> Outputs; 3] =
+                [run_as::<f32>, run_as::<f16>, run_as::<bf16>];
+            for (ty, run) in ["f32", "f16", "bf16"].into_iter().zip(runs) {
+                let (out, scores) = run(&c, &k, &mut ws);
+                let (blocked, blocked_scores) = run(&c, &small, &mut ws);
+                for (i, (&a, &b)) in blocked.iter().zip(&out).enumerate() {
+                    prop_assert!(same(a, b), "{} {ty}: out[{i}] = {a:e} by key blocks, {b:e} by rows", k.isa());
+                }
+                prop_assert!(
+                    blocked_scores.iter().flatten().zip(scores.iter().flatten()).all(|(&a, &b)| same(a, b)),
+                    "{} {ty}: scores differ", k.isa()
+                );
+            }
         }
     }
 }
@@ -1097,4 +1144,44 @@ fn layouts_are_checked_before_anything_runs() {
     };
     let msg = call(at(0), huge, 2 * l * h * d);
     assert!(msg.starts_with("`out`: expected a slice holding"), "{msg}");
+}
+
+/// The plan of each shape on four cache geometries: a Zen 3 core (512 KiB of L2), a Zen 4
+/// (1 MiB), a Xeon (2 MiB) and a small Arm core (a quarter of a 1 MiB L2 shared by four). One
+/// head's K and V, packed as f32, stay whole where they fit half the L2; past that, key blocks
+/// fill that half beside 48 rows of Q and O (`4·(Dk + Dv)` bytes a key or a row).
+#[test]
+fn plans_follow_the_level_2_cache() {
+    let geometry = |l1: usize, l2: usize| Kernels::best().with_caches(Caches { l1, l2, llc: None });
+    let (zen3, zen4, xeon, arm) = (
+        geometry(32 << 10, 512 << 10),
+        geometry(32 << 10, 1 << 20),
+        geometry(48 << 10, 2 << 20),
+        geometry(32 << 10, 256 << 10),
+    );
+    let blocks = |keys| AttentionPlan::KeyBlocks { keys, query_rows: 48 };
+    let rows = AttentionPlan::Rows;
+    // (Lk, D): the plans on the Zen 3, the Zen 4, the Xeon and the Arm core.
+    let want = [
+        // 512 B a key: whole heads up to 512, 1024, 2048 and 256 keys.
+        ((512, 64), [rows, rows, rows, blocks(192)]),
+        ((1024, 64), [blocks(448), rows, rows, blocks(192)]),
+        ((2048, 64), [blocks(448), blocks(960), rows, blocks(192)]),
+        ((8192, 64), [blocks(448), blocks(960), blocks(1984), blocks(192)]),
+        // Heads of 32 (MiniLM): 256 B a key.
+        ((2048, 32), [blocks(960), rows, rows, blocks(448)]),
+        // Heads of 128: 1 KiB a key; on the Arm core a block holds only 80 keys: one step.
+        ((4096, 128), [blocks(192), blocks(448), blocks(960), blocks(64)]),
+    ];
+    for ((kv_len, dim), plans) in want {
+        let shape = AttentionShape::self_attention(1, 8, kv_len, dim);
+        for (k, plan) in [&zen3, &zen4, &xeon, &arm].into_iter().zip(plans) {
+            assert_eq!(
+                k.attention_plan(&shape),
+                plan,
+                "Lk = {kv_len}, D = {dim}, {:?}",
+                k.caches()
+            );
+        }
+    }
 }

@@ -13,7 +13,7 @@ mod common;
 use common::{all_kernels, narrow};
 use kernels::half::{bf16, f16};
 use kernels::{
-    Activation, AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Element,
+    Activation, AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Caches, Element,
     GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, LinearOptions,
     LinearWeights, MaskShape, Parallelism, Residual, RmsNormOptions, Rope, RowStats, SoftmaxOptions, WeightLayout,
     WeightType,
@@ -269,7 +269,12 @@ fn linear_of<E: Element>(k: Kernels, x: &[f32], r: &[f32], packed: &kernels::Pac
 
 #[test]
 fn attention() {
-    for k in all_kernels() {
+    // Each kernel as it plans for this machine's caches, and with its keys in blocks of 64 (a
+    // level-2 cache too small for any head): query chunks of 48 rows are whole query blocks.
+    let kernels = all_kernels()
+        .into_iter()
+        .flat_map(|k| [k, k.with_caches(Caches { l2: 0, ..k.caches() })]);
+    for k in kernels {
         // Grouped-query, B = 1, 3 query heads on 1 kv head, Lq = 200: fewer kv heads than
         // threads, so the query rows split too (2 threads: chunks of 144; 3 and 7: of 96).
         let gqa = AttentionShape {

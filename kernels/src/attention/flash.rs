@@ -9,13 +9,15 @@
 //! `MR × MAX_NR`; a step of several tiles parks its scores there until its max is known) and
 //! each row's vector of partial sums; then `p·V` is accumulated into the block's output rows
 //! (`MR × dv_pad`, also L1), each rescaled by `exp(m_old − m_new)` as it is loaded; the rows
-//! are rounded to `E` as they are stored. See the [module docs](super) for semantics and
-//! bounds.
+//! are rounded to `E` as they are stored. Under [`AttentionPlan::KeyBlocks`] the steps of a
+//! block of rows run one key block at a time ([`Block::keys`]), the rows' softmax state
+//! ([`RowState`]) and output rows kept between them. See the [module docs](super) for
+//! semantics and bounds.
 
 use std::array;
 use std::ops::Range;
 
-use super::options::Layout;
+use super::options::{AttentionPlan, Layout};
 use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{assert_tile_fits, pack_bt, rank_update, tile, tile_cols, MAX_MR, MAX_NR};
@@ -24,6 +26,7 @@ use crate::math::Identity;
 use crate::parallel::{within, Split};
 use crate::simd::{Simd, TileOp};
 use crate::softmax::MaskedRows;
+use crate::stores::Caches;
 
 /// A validated attention call. `q`, `k`, `v` and `out` hold every element their layouts place
 /// (`Q[B, H, Lq, Dk]`, `K[B, Hkv, Lk, Dk]`, `V[B, Hkv, Lk, Dv]`, `O[B, H, Lq, Dv]`), no two
@@ -73,6 +76,8 @@ pub(super) struct AttentionCall<E> {
     pub slot: usize,
     /// Query rows of a unit of work: `Lq` in one unit, or a multiple of [`Q_UNIT`].
     pub q_chunk: usize,
+    /// How the call walks its keys and queries.
+    pub plan: AttentionPlan,
     /// The units of work of this call: unit `u` is query rows `(u mod chunks)·q_chunk..` of
     /// every query head of kv head `(u / chunks) mod Hkv` of batch `u / (chunks·Hkv)`, with
     /// `chunks = ⌈Lq/q_chunk⌉`.
@@ -147,17 +152,38 @@ impl<E: Element> TileOp for AttentionCall<E> {
 }
 
 /// Floats of workspace any ISA needs for `Lk` keys of dimension `Dk` and values of `Dv`: K
-/// tiles and V rows of one kv head, padded to `MAX_NR` keys and value columns, plus one
-/// block's output rows and probability tile, plus (last, read only when the storage type is
-/// not f32) one block of queries widened to f32, `MAX_MR × Dk`. `None` if it overflows.
+/// tiles and V rows of one kv head, padded to `MAX_NR` keys and value columns, plus the output
+/// rows of one query block ([`Q_UNIT`] rows) and one probability tile, plus (last, read only
+/// when the storage type is not f32) the block's queries widened to f32, `Q_UNIT × Dk`.
+/// `None` if it overflows.
 pub(super) fn workspace_len(kv_len: usize, head_dim: usize, value_dim: usize) -> Option<usize> {
     let keys = kv_len.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
     let dv_pad = value_dim.div_ceil(MAX_NR).checked_mul(MAX_NR)?;
     let k = keys.checked_mul(head_dim)?;
     let v = keys.checked_mul(dv_pad)?;
-    let block = MAX_MR.checked_mul(dv_pad.checked_add(MAX_NR)?)?;
-    let q = MAX_MR.checked_mul(head_dim)?;
+    let block = Q_UNIT.checked_mul(dv_pad)?.checked_add(MAX_MR * MAX_NR)?;
+    let q = Q_UNIT.checked_mul(head_dim)?;
     k.checked_add(v)?.checked_add(block)?.checked_add(q)
+}
+
+/// The walk of a call with `Lk` keys of dimension `Dk` and values of `Dv` for a core whose
+/// level-2 cache is `caches.l2` bytes: [`AttentionPlan::Rows`] where one head's packed K and
+/// V (f32, value rows padded to 16 floats) fit half of it, else key blocks that fill that
+/// half beside a query block's rows of Q and O. Half: the block shares the cache with the
+/// queries, the outputs, the probability tile, the streams of P and S, and the lines the
+/// prefetchers bring ahead.
+pub(super) fn plan(caches: Caches, kv_len: usize, head_dim: usize, value_dim: usize) -> AttentionPlan {
+    let key_bytes = 4usize.saturating_mul(head_dim.saturating_add(value_dim.next_multiple_of(16)));
+    let budget = caches.l2 / 2;
+    if kv_len.saturating_mul(key_bytes) <= budget {
+        return AttentionPlan::Rows;
+    }
+    let rows = Q_UNIT.saturating_mul(key_bytes);
+    let keys = budget.saturating_sub(rows) / key_bytes;
+    AttentionPlan::KeyBlocks {
+        keys: (keys / MAX_NR).max(1) * MAX_NR,
+        query_rows: Q_UNIT,
+    }
 }
 
 /// Runs a whole attention call.
@@ -187,22 +213,31 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
     // half of them in a 64-column tile).
     let dv_pad = dv.div_ceil(S::LANES) * S::LANES;
     let group = heads / kv_heads;
-    // Workspace: K tiles, V rows, the block's output rows and probability tile, then the
-    // block's widened queries (used only when `E` is not f32).
+    // Workspace: K tiles, V rows, the query block's output rows and a probability tile, then
+    // the block's widened queries (used only when `E` is not f32).
     let kp = c.workspace;
     // SAFETY (workspace offsets): `tiles·nr ≤ ⌈Lk/MAX_NR⌉·MAX_NR` because `nr` divides
     // `MAX_NR`, and `dv_pad ≤` the padded `Dv` of `workspace_len`, so every region fits.
     let vp = unsafe { kp.add(tiles * nr * dk) };
     let o_acc = unsafe { vp.add(tiles * nr * dv_pad) };
-    let p_tile = unsafe { o_acc.add(MR * dv_pad) };
-    // SAFETY: `MR ≤ MAX_MR`, `nr ≤ MAX_NR`: the block regions fit in `MAX_MR·(dv_pad + MAX_NR)`
-    // of the padded `Dv`, and `MAX_MR·Dk` floats follow them.
+    let p_tile = unsafe { o_acc.add(Q_UNIT * dv_pad) };
+    // SAFETY: `MR ≤ MAX_MR`, `nr ≤ MAX_NR`: the block regions fit in
+    // `Q_UNIT·dv_pad + MAX_MR·MAX_NR` of the padded `Dv`, and `Q_UNIT·Dk` floats follow them.
     let q_wide = unsafe {
         let keys = kv_len.div_ceil(MAX_NR) * MAX_NR;
         let dv_max = dv.div_ceil(MAX_NR) * MAX_NR;
-        kp.add(keys * dk + keys * dv_max + MAX_MR * (dv_max + MAX_NR))
+        kp.add(keys * dk + keys * dv_max + Q_UNIT * dv_max + MAX_MR * MAX_NR)
     };
+    // Rows of a query block, and tiles of a key block (whole softmax steps: `MAX_NR` divides
+    // the block).
+    let (block_rows, block_tiles) = match c.plan {
+        AttentionPlan::KeyBlocks { keys, query_rows } => (query_rows, keys / nr),
+        _ => (MR, tiles),
+    };
+    const { assert!(Q_UNIT.is_multiple_of(MR) && Q_UNIT / MR <= MICROS) };
     let chunks = c.chunks();
+    // The states of a query block's micro-blocks, each set by `begin` before it is read.
+    let mut states = [RowState::<S, MR>::new(s); MICROS];
     // The `(b, kv head)` whose K and V the workspace holds.
     let mut packed_for = None;
     for u in c.units.0..c.units.1 {
@@ -231,28 +266,48 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
         for h in hk * group..(hk + 1) * group {
             let mut i0 = rows.start;
             while i0 < rows.end {
-                let block = Block {
+                let end = (i0 + block_rows).min(rows.end);
+                let micros = (end - i0).div_ceil(MR);
+                // Micro-block `m`: rows `i0 + m·MR..`, its output rows and widened queries.
+                let block = |m: usize| Block {
                     b,
                     h,
-                    i0,
-                    rows: MR.min(rows.end - i0),
+                    i0: i0 + m * MR,
+                    rows: MR.min(end - i0 - m * MR),
                     valid,
                     nr,
                     tiles,
                     dv_pad,
                     kp,
                     vp,
-                    o_acc,
+                    o_acc: o_acc.wrapping_add(m * MR * dv_pad),
                     p_tile,
-                    q_wide,
+                    q_wide: q_wide.wrapping_add(m * MR * dk),
                 };
-                // SAFETY: forwarded; the block lies inside `(b, h)`.
-                unsafe { block.run::<S, E, MR, NV>(s, c) };
-                i0 += MR;
+                // SAFETY (below): forwarded; each micro-block lies inside `(b, h)`, its
+                // regions inside the block's (`micros·MR ≤ Q_UNIT` rows).
+                for (m, state) in states[..micros].iter_mut().enumerate() {
+                    *state = unsafe { block(m).begin::<S, E, MR, NV>(s, c) };
+                }
+                let mut t0 = 0;
+                while t0 < tiles {
+                    let t1 = (t0 + block_tiles).min(tiles);
+                    for (m, state) in states[..micros].iter_mut().enumerate() {
+                        unsafe { block(m).keys::<S, E, MR, NV>(s, c, state, t0..t1) };
+                    }
+                    t0 = t1;
+                }
+                for (m, state) in states[..micros].iter().enumerate() {
+                    unsafe { block(m).end::<S, E, MR, NV>(s, c, state) };
+                }
+                i0 = end;
             }
         }
     }
 }
+
+/// Micro-blocks of a query block at most: [`Q_UNIT`] rows of the shortest tile (4 rows).
+const MICROS: usize = Q_UNIT / 4;
 
 /// Copies value rows `0..count` (`ldv` elements apart) into rows of `dv_pad` floats, zero
 /// elsewhere up to `keys`, widening them to f32 on the way when they are stored as another `E`.
@@ -289,6 +344,37 @@ unsafe fn pack_v<S: Simd, E: Element>(
     }
 }
 
+/// What a block of `MR` query rows carries from one range of keys to the next: its queries,
+/// the keys each row sees, and its online softmax (each row's max and vector of sums; the
+/// output rows are in the block's workspace).
+#[derive(Clone, Copy)]
+struct RowState<S: Simd, const MR: usize> {
+    q_rows: [*const f32; MR],
+    allowed: [usize; MR],
+    live_tiles: usize,
+    score_tiles: usize,
+    whole_tiles: usize,
+    last_key: usize,
+    max: [f32; MR],
+    sums: [S::V; MR],
+}
+
+impl<S: Simd, const MR: usize> RowState<S, MR> {
+    /// A state that no block has started (a placeholder in arrays of them).
+    fn new(s: S) -> Self {
+        RowState {
+            q_rows: [std::ptr::null(); MR],
+            allowed: [0; MR],
+            live_tiles: 0,
+            score_tiles: 0,
+            whole_tiles: 0,
+            last_key: 0,
+            max: [f32::NEG_INFINITY; MR],
+            sums: [s.splat(0.0); MR],
+        }
+    }
+}
+
 /// One block of up to `MR` query rows of head `(b, h)`.
 struct Block {
     b: usize,
@@ -308,23 +394,26 @@ struct Block {
 }
 
 impl Block {
+    /// Starts the block: its queries (widened once where `E` is not f32), the keys each row
+    /// sees, and an empty softmax.
+    ///
     /// # Safety
     /// As [`run`]; the block's rows lie inside head `(b, h)`.
     #[inline(always)]
-    unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(&self, s: S, c: &AttentionCall<E>) {
+    unsafe fn begin<S: Simd, E: Element, const MR: usize, const NV: usize>(
+        &self,
+        s: S,
+        c: &AttentionCall<E>,
+    ) -> RowState<S, MR> {
         let AttentionCall {
             q_len,
             kv_len,
             head_dim: dk,
-            value_dim: dv,
             ..
         } = *c;
-        let lanes = S::LANES;
         let nr = self.nr;
-        let neg_inf = s.splat(f32::NEG_INFINITY);
-        let (ql, ol) = (c.q_layout, c.out_layout);
+        let ql = c.q_layout;
         let q_head = ql.offset + self.b * ql.batch + self.h * ql.head;
-        let out_head = ol.offset + self.b * ol.batch + self.h * ol.head;
         // SAFETY: `self.row(r) < Lq`, so each pointer is a row of Q of head `(b, h)`.
         let q_rows: [*const f32; MR] = if E::IS_F32 {
             // f32 queries are read in place.
@@ -360,15 +449,55 @@ impl Block {
         let live_tiles = allowed.iter().max().map_or(0, |&a| a.div_ceil(nr));
         let score_tiles = if c.scores.is_null() { live_tiles } else { self.tiles };
 
-        // Without P, S, a mask or the running mean, scores only need the scale, and the tiles
-        // every row of the block sees whole (inside `Lk`, before padding and the causal
-        // diagonal) need no masking either.
+        // SAFETY: the block's output rows hold `MR·dv_pad` floats of workspace.
+        unsafe { std::slice::from_raw_parts_mut(self.o_acc, MR * self.dv_pad).fill(0.0) };
+        RowState {
+            q_rows,
+            allowed,
+            live_tiles,
+            score_tiles,
+            // Tiles every row of the block sees whole (inside `Lk`, before padding and the
+            // causal diagonal).
+            whole_tiles: allowed.iter().min().map_or(0, |&a| a / nr),
+            // Keys past the last one any row sees weigh exactly 0: `p·V` stops there.
+            last_key: allowed.iter().max().copied().unwrap_or(0),
+            max: [f32::NEG_INFINITY; MR],
+            sums: [s.splat(0.0); MR],
+        }
+    }
+
+    /// The softmax steps of the block over the key tiles `tiles` (whole steps, or the last),
+    /// from `state` on.
+    ///
+    /// # Safety
+    /// As [`Block::begin`], which made `state`; the steps before `tiles` have run.
+    #[inline(always)]
+    unsafe fn keys<S: Simd, E: Element, const MR: usize, const NV: usize>(
+        &self,
+        s: S,
+        c: &AttentionCall<E>,
+        state: &mut RowState<S, MR>,
+        tiles: Range<usize>,
+    ) {
+        let dk = c.head_dim;
+        let lanes = S::LANES;
+        let nr = self.nr;
+        let neg_inf = s.splat(f32::NEG_INFINITY);
+        let RowState {
+            q_rows,
+            allowed,
+            live_tiles,
+            score_tiles,
+            whole_tiles,
+            last_key,
+            mut max,
+            mut sums,
+        } = *state;
+        // Without P, S, a mask or the running mean, scores only need the scale, and whole
+        // tiles need no masking either.
         let plain = c.prev.is_null() && c.scores.is_null() && c.mask.is_null() && c.mean_factor.is_none();
         // Without a mask, whole tiles need no per-vector tests: RealFormer's P in, S out.
         let carried = !plain && c.mask.is_null();
-        let whole_tiles = allowed.iter().min().map_or(0, |&a| a / nr);
-        // Keys past the last one any row sees weigh exactly 0: `p·V` stops there.
-        let last_key = allowed.iter().max().copied().unwrap_or(0);
 
         // Keys per softmax step: AVX-512's tile holds `MAX_NR` of them; narrower tiles are
         // grouped up to as many, their scores parked in the probability buffer until the step's
@@ -376,13 +505,8 @@ impl Block {
         // stores of the output rows come once per `MAX_NR` keys on every ISA.
         let group = (MAX_NR / nr).max(1);
         let ldp = group * nr;
-        let zero = s.splat(0.0);
-        let mut max = [f32::NEG_INFINITY; MR];
-        let mut sums = [zero; MR];
-        // SAFETY: the block's output rows hold `MR·dv_pad` floats of workspace.
-        unsafe { std::slice::from_raw_parts_mut(self.o_acc, MR * self.dv_pad).fill(0.0) };
 
-        for t0 in (0..score_tiles).step_by(group) {
+        for t0 in (tiles.start..tiles.end.min(score_tiles)).step_by(group) {
             let t1 = (t0 + group).min(score_tiles);
             let j0 = t0 * nr;
             let max_before = max;
@@ -506,6 +630,25 @@ impl Block {
             };
         }
 
+        state.max = max;
+        state.sums = sums;
+    }
+
+    /// Ends the block: normalizes its rows of O and writes them.
+    ///
+    /// # Safety
+    /// As [`Block::keys`], after the steps over every key tile.
+    #[inline(always)]
+    unsafe fn end<S: Simd, E: Element, const MR: usize, const NV: usize>(
+        &self,
+        s: S,
+        c: &AttentionCall<E>,
+        state: &RowState<S, MR>,
+    ) {
+        let dv = c.value_dim;
+        let ol = c.out_layout;
+        let out_head = ol.offset + self.b * ol.batch + self.h * ol.head;
+        let RowState { max, sums, .. } = *state;
         // Normalize and write the block's rows of O.
         for r in 0..self.rows {
             let i = self.row(r);

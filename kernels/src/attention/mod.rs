@@ -84,6 +84,13 @@
 //! `p·V` tile narrower than the register tile runs a narrower micro-kernel. Measured figures,
 //! against the same-run FMA peak and the unfused composition, are in `benches/records/`.
 //!
+//! The walk follows the level-2 cache of one core ([`Kernels::attention_plan`]): where one
+//! head's packed K and V fit half of it, each block of rows sweeps them all from there;
+//! beyond, the keys go in blocks that fit, each swept by 48 query rows (8 or 12 blocks of
+//! rows, each with its softmax state kept between key blocks) before the next, so that what
+//! comes from the last-level cache is read once per 48 rows instead of once per `MR`. A row
+//! sees the same steps of 64 keys in the same order either way, so the plan changes no bit.
+//!
 //! The RealFormer form without a mask reads `P` and writes `S` for whole tiles without
 //! per-vector tests, and loads every row's `P` before it stores any row's `S`: two large
 //! allocations often lie at the same offset modulo 4 KiB, and a load behind a store to such an
@@ -101,8 +108,10 @@ use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
 use crate::parallel::Split;
-use flash::{workspace_len, AttentionCall, Q_UNIT};
-pub use options::{AdditiveMask, AttentionArgs, AttentionOptions, AttentionShape, CarriedScores, Layout, MaskShape};
+use flash::{plan, workspace_len, AttentionCall, Q_UNIT};
+pub use options::{
+    AdditiveMask, AttentionArgs, AttentionOptions, AttentionPlan, AttentionShape, CarriedScores, Layout, MaskShape,
+};
 
 /// Reusable scratch memory of [`Kernels::attention`]: packed K and V of one head and the
 /// running state of one block of query rows, once per part of a call split over threads. It
@@ -153,6 +162,24 @@ impl AttentionWorkspace {
 }
 
 impl Kernels {
+    /// How a call of `shape` walks its keys and queries on these kernels' caches: a pure
+    /// function of the key and value sizes and the level-2 cache ([`Kernels::with_caches`]),
+    /// for any shape, valid or not. See [`AttentionPlan`].
+    ///
+    /// ```
+    /// use kernels::{AttentionPlan, AttentionShape, Caches, Kernels};
+    ///
+    /// // Heads of 64 over 2048 keys: 1 MiB of packed K and V per head.
+    /// let shape = AttentionShape::self_attention(1, 8, 2048, 64);
+    /// let xeon = Kernels::best().with_caches(Caches { l1: 48 << 10, l2: 2 << 20, llc: None });
+    /// assert_eq!(xeon.attention_plan(&shape), AttentionPlan::Rows);
+    /// let zen3 = Kernels::best().with_caches(Caches { l1: 32 << 10, l2: 512 << 10, llc: None });
+    /// assert_eq!(zen3.attention_plan(&shape), AttentionPlan::KeyBlocks { keys: 448, query_rows: 48 });
+    /// ```
+    pub fn attention_plan(&self, shape: &AttentionShape) -> AttentionPlan {
+        plan(self.caches(), shape.kv_len, shape.head_dim, shape.value_dim)
+    }
+
     /// Attention into `out`, with an explicit workspace: `q`, `k`, `v` and `out` contiguous
     /// `[B, H, L, D]` ([`Layout::heads_first`]). See [`attention`](crate::attention()), and
     /// [`Kernels::attention_args`] for other layouts and operands by name.
@@ -336,6 +363,7 @@ impl Kernels {
             workspace: std::ptr::null_mut(),
             slot: ws_len,
             q_chunk: lq,
+            plan: self.attention_plan(&shape),
             units: (0, 0),
         };
         // Heads first; where they are fewer than the threads, each head's query rows split too

@@ -247,3 +247,31 @@ pub struct AttentionArgs<'a, E> {
     /// Scale, masks, causality, carried scores.
     pub options: AttentionOptions<'a>,
 }
+
+/// How [`Kernels::attention`] walks the keys and queries of a call of some shape, on the
+/// caches of a handle ([`Kernels::attention_plan`]). Plans are chosen from the shape and the
+/// level-2 cache of one core ([`Kernels::with_caches`]); they decide where the work is done,
+/// never a value: every plan gives the same bits.
+///
+/// [`Kernels::attention`]: crate::Kernels::attention
+/// [`Kernels::attention_plan`]: crate::Kernels::attention_plan
+/// [`Kernels::with_caches`]: crate::Kernels::with_caches
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AttentionPlan {
+    /// Each block of query rows (the register tile's height, 4 or 6) sweeps every key of its
+    /// head: one head's K and V, packed as f32, fit half of the level-2 cache and stay there
+    /// across the blocks.
+    Rows,
+    /// The keys in blocks of `keys` (a multiple of 64), each swept by the blocks of
+    /// `query_rows` query rows in turn before the next: one key block, not the head's K and
+    /// V, stays in the level-2 cache, and what comes from beyond it is read once per
+    /// `query_rows` rows instead of once per tile height.
+    KeyBlocks {
+        /// Keys of a block.
+        keys: usize,
+        /// Query rows that sweep a key block before the next (a multiple of every tile
+        /// height).
+        query_rows: usize,
+    },
+}
