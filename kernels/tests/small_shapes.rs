@@ -8,9 +8,9 @@ mod common;
 use common::all_kernels;
 use kernels::half::f16;
 use kernels::{
-    AddNorm, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, GauAttention,
-    GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, Layout, LinearOptions, LinearWeights,
-    MaskShape, Residual, RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
+    AddNorm, AttentionArgs, AttentionOptions, AttentionShape, AttentionWorkspace, BatchNormOptions, Caches,
+    GauAttention, GauOptions, GauShape, GauWeights, GauWorkspace, Kernels, LayerNormOptions, Layout, LinearOptions,
+    LinearWeights, MaskShape, Residual, RmsNormOptions, RowStats, SoftmaxOptions, WeightLayout, WeightType,
 };
 use reference::fraction;
 
@@ -65,6 +65,53 @@ fn softmax_and_elementwise() {
         k.gelu_inplace(&mut h).unwrap();
         let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
         within("gelu f16", k, fraction::gelu(&xh, &h));
+    }
+}
+
+/// Attention with its keys in blocks of 64 (a level-2 cache too small for any head) over 70
+/// keys, 9 query rows in one query block: RealFormer scores in and out, a key-padding mask,
+/// f32 and f16 storage; the row walk's bits.
+#[test]
+fn attention_key_blocks() {
+    for k in &all_kernels() {
+        let blocked = k.with_caches(Caches { l2: 0, ..k.caches() });
+        let shape = AttentionShape {
+            q_len: 9,
+            kv_len: 70,
+            ..AttentionShape::self_attention(1, 1, 70, 4)
+        };
+        let (q, kk, v) = (values(9 * 4, 5), values(70 * 4, 6), values(70 * 4, 7));
+        let prev = values(9 * 70, 8);
+        let padding: Vec<f32> = (0..70)
+            .map(|j| if j % 9 == 4 { f32::NEG_INFINITY } else { 0.0 })
+            .collect();
+        let mut o = AttentionOptions::default().mask(&padding, MaskShape::KeyPadding);
+        o.prev_scores = Some(&prev);
+        let mut ws = AttentionWorkspace::new();
+        let mut run = |k: &Kernels| {
+            let (mut out, mut scores) = (vec![0.0f32; 9 * 4], vec![0.0f32; 9 * 70]);
+            k.attention(&shape, &q, &kk, &v, &mut out, Some(&mut scores), &o, &mut ws)
+                .unwrap();
+            let (qh, kh, vh): (Vec<f16>, Vec<f16>, Vec<f16>) = (
+                q.iter().map(|&x| f16::from_f32(x)).collect(),
+                kk.iter().map(|&x| f16::from_f32(x)).collect(),
+                v.iter().map(|&x| f16::from_f32(x)).collect(),
+            );
+            let mut half = vec![f16::ZERO; 9 * 4];
+            k.attention(&shape, &qh, &kh, &vh, &mut half, None, &o, &mut ws)
+                .unwrap();
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            (
+                bits(&out),
+                bits(&scores),
+                half.iter().map(|h| h.to_bits()).collect::<Vec<_>>(),
+            )
+        };
+        assert!(
+            run(k) == run(&blocked),
+            "attention by key blocks on {}: other bits",
+            k.isa()
+        );
     }
 }
 
