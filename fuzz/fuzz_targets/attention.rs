@@ -1,11 +1,11 @@
 //! Differential fuzzing of attention: any shape (small), every mask and residual option, raw
-//! f32 bit patterns, on every ISA the host has, against the f64 oracle under the documented
-//! bound. Inconsistent shapes must come back as `Err`.
+//! f32 bit patterns, on every ISA the host has, planned for this machine's caches or with the
+//! keys in blocks, against the f64 oracle under the documented bound. Inconsistent shapes must come back as `Err`.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use kernels::{
-    available_isas, AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, CarriedScores, Kernels,
+    available_isas, AdditiveMask, AttentionOptions, AttentionShape, AttentionWorkspace, Caches, CarriedScores, Kernels,
     MaskShape, MaskedRows,
 };
 use libfuzzer_sys::fuzz_target;
@@ -23,6 +23,9 @@ struct Input {
     running_mean_layer: Option<u8>,
     carry_masked: bool,
     nan_policy: bool,
+    /// Plan for a level-2 cache too small for any head: keys in blocks of 64, swept by query
+    /// blocks of 48 rows.
+    small_l2: bool,
     /// Nonzero: perturb one length to check the errors.
     skew: u8,
 }
@@ -75,7 +78,10 @@ fuzz_target!(|input: Input| {
     let valid_scale = opts.scale.is_none_or(f32::is_finite);
     let mut ws = AttentionWorkspace::new();
     for isa in available_isas() {
-        let kern = Kernels::for_isa(isa).unwrap();
+        let mut kern = Kernels::for_isa(isa).unwrap();
+        if input.small_l2 {
+            kern = kern.with_caches(Caches { l2: 0, ..kern.caches() });
+        }
         let mut out = vec![0.0f32; out_len + skew];
         let mut scores = input.want_scores.then(|| vec![0.0f32; n_scores]);
         let r = kern.attention(&shape, &q, &k, &vv, &mut out, scores.as_deref_mut(), &opts, &mut ws);
