@@ -1,11 +1,13 @@
 //! The `Kernels` methods of LayerNorm and RMSNorm: validation, the plan of a call, and the
 //! choice of instance (a row op and a walk) run on the ISA.
 
-use super::call::{rows_of, NormArgs, NormCall, NormKind, Residual, RowStats};
+use super::call::{
+    check_eps, check_len, check_opt, mut_ptr_of, ptr_of, rows_of, NormArgs, NormCall, NormKind, Residual, RowStats,
+};
 use super::layer_norm::{Layer, LayerNormOptions};
 use super::rms_norm::{Rms, RmsNormOptions};
 use super::rows::{walks, BLOCKS_MAX_D, GROUPS_MAX_BYTES};
-use super::stats::{check_eps, check_len, check_opt, mut_ptr_of, ptr_of, PREFETCH_MIN};
+use super::stats::PREFETCH_MIN;
 use crate::dispatch::Kernels;
 use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;

@@ -17,11 +17,9 @@
 
 use std::ops::Range;
 
-use super::call::RowStats;
-use super::stats::{
-    check_eps, check_len, check_opt, for_each_vector, load_n, moments, mut_ptr_of, ptr_of, rstd_of, store_n, Affine,
-    Idle, Moments, Plain, ACC, MAX_LANES, RECIP, STEPS,
-};
+use super::call::{check_eps, check_len, check_opt, mut_ptr_of, ptr_of, RowStats};
+use super::sources::{for_each_vector, load_n, store_n, Plain};
+use super::stats::{moments, rstd_of, Affine, Idle, Moments, ACC, MAX_LANES, RECIP, STEPS};
 use crate::dispatch::Kernels;
 use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;

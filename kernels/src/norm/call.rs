@@ -131,3 +131,36 @@ pub(crate) fn rows_of(len: usize, d: usize) -> Result<usize, Error> {
     }
     Ok(len / d)
 }
+
+/// `Error::Param` naming `eps` unless it is finite and positive.
+pub(crate) fn check_eps(eps: f32) -> Result<(), Error> {
+    if eps > 0.0 && eps.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::param("eps", "a finite number > 0", eps))
+    }
+}
+
+/// `Error::Shape` naming `arg` unless `len == want`.
+pub(crate) fn check_len(arg: &'static str, len: usize, want: usize, what: &str) -> Result<(), Error> {
+    if len == want {
+        Ok(())
+    } else {
+        Err(Error::shape(arg, format!("length {want} ({what})"), len))
+    }
+}
+
+/// The optional slice `v` has length `want`.
+pub(crate) fn check_opt(arg: &'static str, v: Option<&[f32]>, want: usize, what: &str) -> Result<(), Error> {
+    v.map_or(Ok(()), |v| check_len(arg, v.len(), want, what))
+}
+
+/// The pointer of an optional slice, null when absent.
+pub(crate) fn ptr_of(v: Option<&[f32]>) -> *const f32 {
+    v.map_or(std::ptr::null(), |v| v.as_ptr())
+}
+
+/// The pointer of an optional output slice, null when absent.
+pub(crate) fn mut_ptr_of(v: Option<&mut [f32]>) -> *mut f32 {
+    v.map_or(std::ptr::null_mut(), |v| v.as_mut_ptr())
+}

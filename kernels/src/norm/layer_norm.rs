@@ -2,9 +2,10 @@
 
 use super::call::NormCall;
 use super::rows::RowOp;
+use super::sources::{load_n, write_span, Output, RowSource, Source, Values};
 use super::stats::{
-    fits_f32, group_m2_of, group_row_dev, group_row_sum, load_n, moments, moments_f64, rstd_of, write_span, Affine,
-    GroupMeans, Output, Pending, RowSource, Source, Values, GROUP,
+    fits_f32, group_m2_of, group_row_dev, group_row_sum, moments, moments_f64, rstd_of, Affine, GroupMeans, Pending,
+    GROUP,
 };
 
 use crate::element::Element;

@@ -7,9 +7,10 @@
 //! is rounded once to `E` as stored, so a half output's bound is the f32 bound plus that
 //! rounding. The parameters (`γ`, `β`, gain, bias, `α`, `ε`, running and per-row statistics)
 //! are f32. Files, each using only those before it: `call.rs` (a validated call),
-//! `stats.rs` (the statistics core, a row's sources and outputs), `rows.rs` (the walks over
-//! the rows), `layer_norm.rs` and `rms_norm.rs` (the row ops), `api.rs` (validation, plan,
-//! choice of instance), `batch_norm.rs`, `add_norm.rs` (the named-operand builder).
+//! `sources.rs` (what a row's sweeps read and write), `stats.rs` (the statistics core),
+//! `rows.rs` (the walks over the rows), `layer_norm.rs` and `rms_norm.rs` (the row ops),
+//! `api.rs` (validation, plan, choice of instance), `batch_norm.rs`, `add_norm.rs` (the
+//! named-operand builder).
 //!
 //! # Algorithm
 //!
@@ -82,6 +83,7 @@ mod call;
 mod layer_norm;
 mod rms_norm;
 mod rows;
+mod sources;
 mod stats;
 
 pub use add_norm::AddNorm;

@@ -2,7 +2,8 @@
 
 use super::call::NormCall;
 use super::rows::RowOp;
-use super::stats::{load_n, rstd_of, sum_squares, write_span, Output, Pending, Source, Values};
+use super::sources::{load_n, write_span, Output, Source, Values};
+use super::stats::{rstd_of, sum_squares, Pending};
 use crate::simd::Simd;
 use crate::Element;
 

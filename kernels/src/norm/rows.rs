@@ -6,10 +6,8 @@ use std::marker::PhantomData;
 use std::ops::Range;
 
 use super::call::NormCall;
-use super::stats::{
-    group_means_of, is_short, short_block, AddResidual, GroupMeans, Idle, Pending, Plain, RowSource, Source, Values,
-    ACC, BLOCK, GROUP, WIDE,
-};
+use super::sources::{AddResidual, Plain, RowSource, Source, Values};
+use super::stats::{group_means_of, is_short, short_block, GroupMeans, Idle, Pending, ACC, BLOCK, GROUP, WIDE};
 use crate::dispatch::Kernels;
 use crate::element::Element;
 use crate::parallel::{Split, GRAIN_ELEMENTS};
