@@ -42,9 +42,12 @@ pub(crate) fn sigmoid<S: Simd>(s: S, x: S::V) -> S::V {
 #[inline(always)]
 pub(crate) fn swish<S: Simd>(s: S, x: S::V) -> S::V {
     let (t_scaled, one_plus_t, negative) = parts(s, x);
-    let unscale = s.splat(SCALE.exp2().recip());
-    let y_neg = s.mul(s.div(s.mul(x, t_scaled), one_plus_t), unscale);
-    let y = s.select(negative, y_neg, s.div(x, one_plus_t));
+    // One division for both signs: the numerator and the unscaling factor are selected
+    // (`x < 0`: `x·t·2⁶⁴` then `·2⁻⁶⁴`; otherwise `x` then `·1`, exact), the same roundings
+    // as dividing each sign's numerator apart.
+    let numerator = s.select(negative, s.mul(x, t_scaled), x);
+    let unscale = s.select(negative, s.splat(SCALE.exp2().recip()), s.splat(1.0));
+    let y = s.mul(s.div(numerator, one_plus_t), unscale);
     s.select(s.eq(x, s.splat(f32::NEG_INFINITY)), s.splat(-0.0), y)
 }
 
