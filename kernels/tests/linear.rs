@@ -285,3 +285,31 @@ fn overflowing_terms_beside_an_infinite_weight() {
         assert!(check(f32::NEG_INFINITY).is_ok(), "the exact value");
     }
 }
+
+/// A residual that carries a finite sum past `f32::MAX`: `−4·10³¹ + (−MAX)` lies beyond the
+/// f32 overflow threshold (`MAX` plus half an ulp, `2¹⁰³`), so the f32 sum is `−∞`, the
+/// correctly rounded value, while the products stay far from the overflow guard. The check
+/// accepts that `−∞` and nothing else (found by the fuzz target, scalar path, M = 12, K = 24,
+/// N = 1).
+#[test]
+fn a_residual_that_carries_the_sum_past_f32_max() {
+    let (x, w, r) = ([1.0f32], [-4e31f32], [-f32::MAX]);
+    let layer = LinearWeights {
+        weights: &w,
+        layout: WeightLayout::InOut,
+        in_features: 1,
+        out_features: 1,
+        bias: None,
+    };
+    for k in all_kernels() {
+        let packed = k.pack_linear(&layer, WeightType::F32).unwrap();
+        let mut y = [0.0f32];
+        k.linear(&x, &packed, &mut y, &LinearOptions::default().residual(&r))
+            .unwrap();
+        assert_eq!(y[0], f32::NEG_INFINITY, "{}", k.isa());
+        let check =
+            |y: f32| reference::check_linear(&x, &w, (1, 1), None, reference::Activation::Identity, Some(&r), &[y]);
+        assert!(check(y[0]).is_ok(), "{}", k.isa());
+        assert!(check(f32::INFINITY).is_err() && check(-f32::MAX).is_err() && check(f32::NAN).is_err());
+    }
+}

@@ -198,10 +198,22 @@ impl Bound {
 /// [`Bound::Ulps`], `ŷ` rounded to f32 and stepped `k` ulps down and up, through zero and up to
 /// ±∞). A finite f32 result beyond the range of `E` (|y| > 65504 for f16) rounds to ±∞, which
 /// the bracket accepts. Where `[ŷ − B, ŷ + B]` holds no f32 at all, nothing is accepted, as for
-/// f32.
+/// f32. An f32 `±∞` under [`Bound::Abs`] stands for the reals that round to it (those beyond
+/// `f32::MAX` plus half an ulp): it is accepted where `[ŷ − B, ŷ + B]` reaches them, as an f32
+/// sum whose exact value lies there rounds to `±∞`.
 pub(crate) fn accepts<E: Element>(got: E, exact: f64, bound: Bound) -> bool {
     match bound {
-        Bound::Abs(b) if E::IS_F32 => (got.to_f64() - exact).abs() <= b,
+        Bound::Abs(b) if E::IS_F32 => {
+            let y = got.to_f64();
+            // For `±∞`, the real nearest `ŷ` among those that round to it.
+            let near = if y.is_infinite() {
+                let (lo, hi) = rounding_interval::<E>(y);
+                exact.clamp(lo, hi)
+            } else {
+                y
+            };
+            (near - exact).abs() <= b
+        }
         Bound::Ulps(k) if E::IS_F32 => crate::ulp_error(got.to_f32(), exact) <= k,
         Bound::Ulps(_) if exact.is_nan() => got.to_f32().is_nan(),
         _ => {
@@ -239,11 +251,11 @@ fn ratio(d: f64, b: f64) -> f64 {
     }
 }
 
-/// The real values that round to `y` in `E`: `[y, y]` for f32 (whose rule compares `y`
-/// itself), else the midpoints between `y` and its neighbours in `E` (ties to even decided by
-/// [`fraction`]'s clamp), `[MAX + half a step, ∞]` for `+∞`.
+/// The real values that round to `y` in `E`: `[y, y]` for a finite f32 (whose rule compares
+/// `y` itself), else the midpoints between `y` and its neighbours in `E` (ties to even decided
+/// by [`fraction`]'s clamp), `[MAX + half a step, ∞]` for `+∞` (f32 included).
 fn rounding_interval<E: Element>(y: f64) -> (f64, f64) {
-    if E::IS_F32 {
+    if E::IS_F32 && y.is_finite() {
         return (y, y);
     }
     // The spacing of E's values in the binade of |v| (that of the subnormals below it).
@@ -430,6 +442,34 @@ mod tests {
             brute::<f16>(exact, Bound::Ulps(k), lo, hi, f16::to_bits, f16::from_bits);
             brute::<bf16>(exact, Bound::Ulps(k), lo, hi, bf16::to_bits, bf16::from_bits);
         }
+    }
+
+    /// An f32 `±∞` under an absolute bound stands for the reals beyond `MAX + 2¹⁰³` (half an
+    /// ulp), which round to it: accepted exactly where the bound reaches them, with the fraction
+    /// agreeing.
+    #[test]
+    fn f32_infinities_stand_for_the_values_that_round_to_them() {
+        let threshold = 2f64.powi(128) - 2f64.powi(103);
+        for sign in [1.0, -1.0] {
+            let inf = (sign * f64::INFINITY) as f32;
+            // Beyond the threshold: `∞` is the correctly rounded value, even with no slack.
+            for exact in [threshold * 1.000001, threshold + 2f64.powi(80), 1e300] {
+                assert!(accepts(inf, sign * exact, Bound::Abs(0.0)), "{exact:e}");
+                assert!(!accepts(-inf, sign * exact, Bound::Abs(1e38)), "{exact:e}");
+                assert_eq!(fraction(inf, sign * exact, Bound::Abs(1.0)), 0.0);
+            }
+            // Below it: accepted where the bound reaches the threshold, not short of it.
+            let exact = threshold - 2f64.powi(100);
+            assert!(accepts(inf, sign * exact, Bound::Abs(2f64.powi(100))));
+            assert!(!accepts(inf, sign * exact, Bound::Abs(2f64.powi(99))));
+            assert_eq!(fraction(inf, sign * exact, Bound::Abs(2f64.powi(101))), 0.5);
+            assert!(fraction(inf, sign * exact, Bound::Abs(2f64.powi(99))) > 1.0);
+            // A finite exact value far from the range, and NaN, never accept an infinity.
+            assert!(!accepts(inf, sign * 1.0, Bound::Abs(1e30)));
+            assert!(!accepts(inf, f64::NAN, Bound::Abs(f64::INFINITY)));
+        }
+        // NaN results are still refused under any bound.
+        assert!(!accepts(f32::NAN, 1.0, Bound::Abs(f64::INFINITY)));
     }
 
     #[test]

@@ -136,7 +136,8 @@ fn ulp_at(v: f64) -> f64 {
 /// absolute instead). A NaN or infinite `Ŷ` must be matched exactly (NaN for NaN), except that
 /// an infinite `ẑ` may come out NaN where its finite terms reach `10³⁷` (an f32 partial sum
 /// of them may overflow to the other infinity); outputs with `A ≥ 10³⁷` are not checked (the
-/// f32 sums may overflow). `x`, `residual` and `got` are
+/// f32 sums may overflow). A result of `±∞` where `Ŷ` is finite is accepted where the bound
+/// reaches past `f32::MAX` plus half an ulp (a residual can carry a finite sum there). `x`, `residual` and `got` are
 /// in the storage type `E` (a half output: the bound plus one rounding to `E`); `w` `[K, N]`
 /// and `bias` are f32, `w` as the kernel multiplies by it.
 #[allow(clippy::too_many_arguments)]
