@@ -1468,6 +1468,39 @@ fn batch_norm_with_a_subnormal_folded_scale() {
     }
 }
 
+/// More channels than inference folds at a time, segments shorter than a vector, of whole
+/// vectors and in between: in place and out of place give the same bits, within the bound.
+#[test]
+fn batch_norm_over_many_channels() {
+    let c = 600;
+    let mean: Vec<f32> = (0..c).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
+    let var: Vec<f32> = (0..c).map(|i| 0.5 + (i % 7) as f32 * 0.3).collect();
+    let gamma: Vec<f32> = (0..c).map(|i| 1.0 + (i % 5) as f32 * 0.1).collect();
+    let beta: Vec<f32> = (0..c).map(|i| (i % 3) as f32 - 1.0).collect();
+    let opts = BatchNormOptions {
+        gamma: Some(&gamma),
+        beta: Some(&beta),
+        ..Default::default()
+    };
+    for sp in [3, 16, 23, 64, 70] {
+        let shape = [3, c, sp];
+        let x: Vec<f32> = (0..3 * c * sp).map(|i| ((i * 37) % 101) as f32 * 0.07 - 3.0).collect();
+        for k in all_kernels() {
+            let mut y = vec![0.0; x.len()];
+            k.batch_norm(&x, &mut y, shape, &mean, &var, &opts).unwrap();
+            let mut z = x.clone();
+            k.batch_norm_inplace(&mut z, shape, &mean, &var, &opts).unwrap();
+            assert!(
+                y.iter().zip(&z).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{} S = {sp}: in place differs",
+                k.isa()
+            );
+            reference::check_batch_norm(&x, shape, &mean, &var, Some(&gamma), Some(&beta), opts.eps, &y)
+                .unwrap_or_else(|e| panic!("{} S = {sp}: {e:?}", k.isa()));
+        }
+    }
+}
+
 // ---- f16 and bf16 storage ----------------------------------------------------------------
 //
 // The same cases, with the tensors (`x`, `r`, `y`, `h`) stored as f16 or bf16 and the
