@@ -10,7 +10,8 @@
 //! `[N, C]` matrix), the lanes run across the positions instead: a block of `ACC·LANES`
 //! consecutive positions is swept down the `N` rows with one Welford recurrence per position
 //! (shifted by the first row's value), each position's moments go to f64 after every chunk
-//! of [`STEPS`] rows, and the positions of a channel are merged with Chan's formula. Channels
+//! of [`STEPS`] rows, and the positions of a channel, which all count `N` values, are summed
+//! from the first one's mean (no division per position, as Chan's pairwise merge needs). Channels
 //! are processed in groups whose positions form one contiguous run of at most
 //! `4·ACC·LANES` floats per row, so that the normalize sweep of a group follows its statistics
 //! while the group is still in cache.
@@ -453,7 +454,7 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
     while c0 < end {
         let c1 = (c0 + per).min(end);
         let (q0, len) = (c0 * sp, (c1 - c0) * sp);
-        let mut chan = [Moments::default(); ACC * MAX_LANES];
+        let mut chan = [Positions::default(); ACC * MAX_LANES];
         let mut pos = [Moments::default(); ACC * MAX_LANES];
         let mut b = 0;
         while b < len {
@@ -461,12 +462,12 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
             pos[..width].fill(Moments::default());
             unsafe { column_moments(s, call.x.add(q0 + b), c * sp, n, width, &mut pos) };
             for (p, m) in pos[..width].iter().enumerate() {
-                chan[(b + p) / sp].merge(m.n, m.mean, m.m2);
+                chan[(b + p) / sp].add(m.mean, m.m2);
             }
             b += width;
         }
         for ch in c0..c1 {
-            hows[ch - c0] = unsafe { finish(call, ch, chan[ch - c0]) };
+            hows[ch - c0] = unsafe { finish(call, ch, chan[ch - c0].moments(n as f64)) };
             consts.set((ch - c0) * sp, sp, hows[ch - c0]);
         }
         for i in 0..n {
@@ -482,6 +483,48 @@ unsafe fn train<S: Simd, E: Element>(s: S, call: &BatchNormCall<E>) {
             }
         }
         c0 = c1;
+    }
+}
+
+/// The moments of a channel from those of its positions, which all count the same `N` values:
+/// `μ = mean_p μ_p` and `M2 = Σ_p M2_p + N·Σ_p (μ_p − μ)²`. The sums are taken in f64 from the
+/// first position's mean, in one pass with no division per position (Chan's pairwise merge
+/// divides at every position, one long chain of dependent steps per channel).
+#[derive(Clone, Copy, Default)]
+struct Positions {
+    count: f64,
+    shift: f64,
+    sum: f64,
+    squares: f64,
+    m2: f64,
+}
+
+impl Positions {
+    /// Adds a position of mean `mean` and sum of squared deviations `m2`.
+    #[inline(always)]
+    fn add(&mut self, mean: f64, m2: f64) {
+        if self.count == 0.0 {
+            self.shift = mean;
+        }
+        let d = mean - self.shift;
+        self.count += 1.0;
+        self.sum += d;
+        self.squares += d * d;
+        self.m2 += m2;
+    }
+
+    /// The channel's moments, each position counting `n` values. A NaN or ±∞ value leaves a
+    /// non-finite mean or `M2`, which [`finish`] sends to its f64 recount.
+    #[inline(always)]
+    fn moments(&self, n: f64) -> Moments {
+        let d = self.sum / self.count;
+        // `Σd² − (Σd)²/P ≥ 0`, but may round below it; a NaN stays.
+        let spread = self.squares - self.sum * d;
+        Moments {
+            n: n * self.count,
+            mean: self.shift + d,
+            m2: self.m2 + n * if spread < 0.0 { 0.0 } else { spread },
+        }
     }
 }
 
