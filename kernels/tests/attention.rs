@@ -1146,12 +1146,14 @@ fn layouts_are_checked_before_anything_runs() {
     assert!(msg.starts_with("`out`: expected a slice holding"), "{msg}");
 }
 
-/// The plan of each shape on four cache geometries: a Zen 3 core (512 KiB of L2), a Zen 4
-/// (1 MiB), a Xeon (2 MiB) and a small Arm core (a quarter of a 1 MiB L2 shared by four). One
-/// head's K and V, packed as f32, stay whole where they fit half the L2; past that, key blocks
-/// fill that half beside 48 rows of Q and O (`4·(Dk + Dv)` bytes a key or a row).
+/// The plan of each shape on four cache geometries: a Zen 3 core (32 KiB of L1, 512 KiB of
+/// L2), a Zen 4 (32 KiB, 1 MiB), a Xeon (48 KiB, 2 MiB) and a small Arm core (32 KiB, a
+/// quarter of a 1 MiB L2 shared by four), at `4·(Dk + Dv)` bytes a key or a row. Key blocks of
+/// whole 64-key steps fill two thirds of the L1 where one fits and the head does not; else one
+/// head's K and V stay whole where they fit half the L2, and past that key blocks fill that
+/// half beside 48 rows of Q and O.
 #[test]
-fn plans_follow_the_level_2_cache() {
+fn plans_follow_the_caches() {
     let geometry = |l1: usize, l2: usize| Kernels::best().with_caches(Caches { l1, l2, llc: None });
     let (zen3, zen4, xeon, arm) = (
         geometry(32 << 10, 512 << 10),
@@ -1163,25 +1165,61 @@ fn plans_follow_the_level_2_cache() {
     let rows = AttentionPlan::Rows;
     // (Lk, D): the plans on the Zen 3, the Zen 4, the Xeon and the Arm core.
     let want = [
-        // 512 B a key: whole heads up to 512, 1024, 2048 and 256 keys.
-        ((512, 64), [rows, rows, rows, blocks(192)]),
-        ((1024, 64), [blocks(448), rows, rows, blocks(192)]),
-        ((2048, 64), [blocks(448), blocks(960), rows, blocks(192)]),
-        ((8192, 64), [blocks(448), blocks(960), blocks(1984), blocks(192)]),
-        // Heads of 32 (MiniLM): 256 B a key.
-        ((2048, 32), [blocks(960), rows, rows, blocks(448)]),
-        // Heads of 128: 1 KiB a key; on the Arm core a block holds only 80 keys: one step.
+        // 512 B a key: 64 keys fill two thirds of the Xeon's L1, none of the others'; whole
+        // heads up to 512, 1024, 2048 and 256 keys in their L2.
+        ((64, 64), [rows, rows, rows, rows]),
+        ((512, 64), [rows, rows, blocks(64), blocks(192)]),
+        ((1024, 64), [blocks(448), rows, blocks(64), blocks(192)]),
+        ((2048, 64), [blocks(448), blocks(960), blocks(64), blocks(192)]),
+        ((8192, 64), [blocks(448), blocks(960), blocks(64), blocks(192)]),
+        // Heads of 32 (MiniLM): 256 B a key, 64 keys in two thirds of a 32 KiB L1, 128 in 48.
+        ((128, 32), [blocks(64), blocks(64), rows, blocks(64)]),
+        ((2048, 32), [blocks(64), blocks(64), blocks(128), blocks(64)]),
+        // Heads of 128: 1 KiB a key, too much for any L1; on the Arm core an L2 block holds
+        // only 80 keys: one step.
         ((4096, 128), [blocks(192), blocks(448), blocks(960), blocks(64)]),
     ];
     for ((kv_len, dim), plans) in want {
         let shape = AttentionShape::self_attention(1, 8, kv_len, dim);
         for (k, plan) in [&zen3, &zen4, &xeon, &arm].into_iter().zip(plans) {
             assert_eq!(
-                k.attention_plan(&shape),
+                k.attention_plan(&shape, &AttentionOptions::default(), false),
                 plan,
                 "Lk = {kv_len}, D = {dim}, {:?}",
                 k.caches()
             );
         }
+    }
+}
+
+/// A call that reads or writes `Lq × Lk` values (P, S, a mask of whole rows) keeps the
+/// level-2 plan: L1 key blocks would walk those rows 64 values at a time. A key-padding mask
+/// is `B·Lk` values and changes nothing.
+#[test]
+fn plans_with_score_rows_follow_the_level_2_cache() {
+    let xeon = Kernels::best().with_caches(Caches {
+        l1: 48 << 10,
+        l2: 2 << 20,
+        llc: None,
+    });
+    let shape = AttentionShape::self_attention(1, 8, 2048, 64);
+    let (p, mask, padding) = ([0.0f32; 0], [0.0f32; 0], [0.0f32; 0]);
+    let plain = AttentionOptions::default();
+    let l1 = AttentionPlan::KeyBlocks {
+        keys: 64,
+        query_rows: 48,
+    };
+    let rows = AttentionPlan::Rows;
+    let cases = [
+        (plain, false, l1),
+        (plain, true, rows),
+        (plain.prev_scores(&p), false, rows),
+        (plain.mask(&mask, MaskShape::Shared), false, rows),
+        (plain.mask(&mask, MaskShape::PerHead), false, rows),
+        (plain.mask(&padding, MaskShape::KeyPadding), false, l1),
+        (plain.causal(true), false, l1),
+    ];
+    for (i, (opts, scores, want)) in cases.into_iter().enumerate() {
+        assert_eq!(xeon.attention_plan(&shape, &opts, scores), want, "case {i}");
     }
 }

@@ -166,16 +166,38 @@ pub(super) fn workspace_len(kv_len: usize, head_dim: usize, value_dim: usize) ->
     k.checked_add(v)?.checked_add(block)?.checked_add(q)
 }
 
-/// The walk of a call with `Lk` keys of dimension `Dk` and values of `Dv` for a core whose
-/// level-2 cache is `caches.l2` bytes: [`AttentionPlan::Rows`] where one head's packed K and
-/// V (f32, value rows padded to 16 floats) fit half of it, else key blocks that fill that
-/// half beside a query block's rows of Q and O. Half: the block shares the cache with the
-/// queries, the outputs, the probability tile, the streams of P and S, and the lines the
-/// prefetchers bring ahead.
-pub(super) fn plan(caches: Caches, kv_len: usize, head_dim: usize, value_dim: usize) -> AttentionPlan {
+/// The walk of a call with `Lk` keys of dimension `Dk` and values of `Dv` on a core with
+/// `caches`, `4·(Dk + Dv)` bytes a key (f32, value rows padded to 16 floats); `score_rows`:
+/// the call reads or writes `Lk` values per query (P, S, a mask of whole rows).
+/// - [`AttentionPlan::KeyBlocks`] of the most whole softmax steps (`MAX_NR` keys) whose K and
+///   V fit two thirds of the level-1 cache, where at least one does, the head does not, and
+///   the call has no score rows: each block is then read from L1 by the `Q_UNIT / MR`
+///   micro-blocks of a query block rather than from L2 by each, which pays where the FMA rate
+///   asks many bytes a cycle (AVX-512). Two thirds: the rest holds a micro-block's queries,
+///   output rows and probabilities. Score rows would be walked 64 values at a time, one row
+///   after another, which the prefetchers follow badly.
+/// - Else [`AttentionPlan::Rows`] where one head's packed K and V fit half of the level-2
+///   cache, or key blocks that fill that half beside a query block's rows of Q and O. Half:
+///   the block shares the cache with the queries, the outputs, the probability tile, the
+///   streams of P and S, and the lines the prefetchers bring ahead.
+pub(super) fn plan(
+    caches: Caches,
+    kv_len: usize,
+    head_dim: usize,
+    value_dim: usize,
+    score_rows: bool,
+) -> AttentionPlan {
     let key_bytes = 4usize.saturating_mul(head_dim.saturating_add(value_dim.next_multiple_of(16)));
+    let head_bytes = kv_len.saturating_mul(key_bytes);
+    let l1_keys = (caches.l1 / 3 * 2).checked_div(key_bytes).unwrap_or(0) / MAX_NR * MAX_NR;
+    if !score_rows && l1_keys > 0 && kv_len > l1_keys {
+        return AttentionPlan::KeyBlocks {
+            keys: l1_keys,
+            query_rows: Q_UNIT,
+        };
+    }
     let budget = caches.l2 / 2;
-    if kv_len.saturating_mul(key_bytes) <= budget {
+    if head_bytes <= budget {
         return AttentionPlan::Rows;
     }
     let rows = Q_UNIT.saturating_mul(key_bytes);

@@ -84,11 +84,15 @@
 //! `p·V` tile narrower than the register tile runs a narrower micro-kernel. Measured figures,
 //! against the same-run FMA peak and the unfused composition, are in `benches/records/`.
 //!
-//! The walk follows the level-2 cache of one core ([`Kernels::attention_plan`]): where one
-//! head's packed K and V fit half of it, each block of rows sweeps them all from there;
-//! beyond, the keys go in blocks that fit, each swept by 48 query rows (8 or 12 blocks of
-//! rows, each with its softmax state kept between key blocks) before the next, so that what
-//! comes from the last-level cache is read once per 48 rows instead of once per `MR`. A row
+//! The walk follows the caches of one core ([`Kernels::attention_plan`]). Where a step of 64
+//! keys' packed K and V fits two thirds of the level-1 cache (heads of 64 on a 48 KiB L1,
+//! heads of 32 on 32 KiB), the keys go in blocks that fill it, each swept by 48 query rows (8
+//! or 12 blocks of rows, each with its softmax state kept between key blocks) before the next:
+//! a block is read from L1 by those rows rather than from L2 by each `MR`, which matters where
+//! the FMA rate asks many bytes a cycle (AVX-512). Elsewhere, where one head's packed K and V
+//! fit half the level-2 cache, each block of rows sweeps them all from there; beyond, key
+//! blocks fill that half, so that what comes from the last-level cache is read once per 48
+//! rows instead of once per `MR`. A row
 //! sees the same steps of 64 keys in the same order either way, so the plan changes no bit.
 //!
 //! The RealFormer form without a mask reads `P` and writes `S` for whole tiles without
@@ -162,22 +166,32 @@ impl AttentionWorkspace {
 }
 
 impl Kernels {
-    /// How a call of `shape` walks its keys and queries on these kernels' caches: a pure
-    /// function of the key and value sizes and the level-2 cache ([`Kernels::with_caches`]),
-    /// for any shape, valid or not. See [`AttentionPlan`].
+    /// How a call of `shape` with `options`, that writes the scores where `scores`, walks its
+    /// keys and queries on these kernels' caches: a pure function of the key and value sizes,
+    /// whether the call reads or writes `Lq × Lk` values (P, S, a mask other than
+    /// [`MaskShape::KeyPadding`]), and the level-1 and level-2 caches
+    /// ([`Kernels::with_caches`]), for any shape, valid or not. See [`AttentionPlan`].
     ///
     /// ```
-    /// use kernels::{AttentionPlan, AttentionShape, Caches, Kernels};
+    /// use kernels::{AttentionOptions, AttentionPlan, AttentionShape, Caches, Kernels};
     ///
-    /// // Heads of 64 over 2048 keys: 1 MiB of packed K and V per head.
+    /// // Heads of 64 over 2048 keys: 512 B of packed K and V per key, 1 MiB per head.
     /// let shape = AttentionShape::self_attention(1, 8, 2048, 64);
+    /// let plain = AttentionOptions::default();
+    /// // 64 keys (32 KiB) fill two thirds of a 48 KiB L1.
     /// let xeon = Kernels::best().with_caches(Caches { l1: 48 << 10, l2: 2 << 20, llc: None });
-    /// assert_eq!(xeon.attention_plan(&shape), AttentionPlan::Rows);
+    /// assert_eq!(xeon.attention_plan(&shape, &plain, false), AttentionPlan::KeyBlocks { keys: 64, query_rows: 48 });
+    /// // With S written, half of its 2 MiB L2 holds the head.
+    /// assert_eq!(xeon.attention_plan(&shape, &plain, true), AttentionPlan::Rows);
+    /// // Not two thirds of a 32 KiB L1: blocks of K and V fill half the L2 beside 48 rows of Q
+    /// // and O.
     /// let zen3 = Kernels::best().with_caches(Caches { l1: 32 << 10, l2: 512 << 10, llc: None });
-    /// assert_eq!(zen3.attention_plan(&shape), AttentionPlan::KeyBlocks { keys: 448, query_rows: 48 });
+    /// assert_eq!(zen3.attention_plan(&shape, &plain, false), AttentionPlan::KeyBlocks { keys: 448, query_rows: 48 });
     /// ```
-    pub fn attention_plan(&self, shape: &AttentionShape) -> AttentionPlan {
-        plan(self.caches(), shape.kv_len, shape.head_dim, shape.value_dim)
+    pub fn attention_plan(&self, shape: &AttentionShape, options: &AttentionOptions, scores: bool) -> AttentionPlan {
+        let whole_mask = options.mask.is_some_and(|m| m.shape != MaskShape::KeyPadding);
+        let score_rows = scores || options.prev_scores.is_some() || whole_mask;
+        plan(self.caches(), shape.kv_len, shape.head_dim, shape.value_dim, score_rows)
     }
 
     /// Attention into `out`, with an explicit workspace: `q`, `k`, `v` and `out` contiguous
@@ -332,6 +346,7 @@ impl Kernels {
         if b * h * lq == 0 {
             return Ok(());
         }
+        let plan = self.attention_plan(&shape, &opts, scores.is_some());
         let mut call = AttentionCall {
             batch: b,
             heads: h,
@@ -363,7 +378,7 @@ impl Kernels {
             workspace: std::ptr::null_mut(),
             slot: ws_len,
             q_chunk: lq,
-            plan: self.attention_plan(&shape),
+            plan,
             units: (0, 0),
         };
         // Heads first; where they are fewer than the threads, each head's query rows split too

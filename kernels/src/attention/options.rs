@@ -250,8 +250,8 @@ pub struct AttentionArgs<'a, E> {
 
 /// How [`Kernels::attention`] walks the keys and queries of a call of some shape, on the
 /// caches of a handle ([`Kernels::attention_plan`]). Plans are chosen from the shape and the
-/// level-2 cache of one core ([`Kernels::with_caches`]); they decide where the work is done,
-/// never a value: every plan gives the same bits.
+/// level-1 and level-2 caches of one core ([`Kernels::with_caches`]); they decide where the
+/// work is done, never a value: every plan gives the same bits.
 ///
 /// [`Kernels::attention`]: crate::Kernels::attention
 /// [`Kernels::attention_plan`]: crate::Kernels::attention_plan
@@ -260,13 +260,14 @@ pub struct AttentionArgs<'a, E> {
 #[non_exhaustive]
 pub enum AttentionPlan {
     /// Each block of query rows (the register tile's height, 4 or 6) sweeps every key of its
-    /// head: one head's K and V, packed as f32, fit half of the level-2 cache and stay there
-    /// across the blocks.
+    /// head: one head's K and V, packed as f32, fit two thirds of the level-1 cache or half
+    /// of the level-2 cache and stay there across the blocks.
     Rows,
     /// The keys in blocks of `keys` (a multiple of 64), each swept by the blocks of
     /// `query_rows` query rows in turn before the next: one key block, not the head's K and
-    /// V, stays in the level-2 cache, and what comes from beyond it is read once per
-    /// `query_rows` rows instead of once per tile height.
+    /// V, stays in the level-1 cache (where one softmax step of 64 keys fits two thirds of
+    /// it) or the level-2 cache, and what comes from beyond it is read once per `query_rows`
+    /// rows instead of once per tile height.
     KeyBlocks {
         /// Keys of a block.
         keys: usize,
