@@ -188,7 +188,6 @@ pub(super) fn plan(
     score_rows: bool,
 ) -> AttentionPlan {
     let key_bytes = 4usize.saturating_mul(head_dim.saturating_add(value_dim.next_multiple_of(16)));
-    let head_bytes = kv_len.saturating_mul(key_bytes);
     let l1_keys = (caches.l1 / 3 * 2).checked_div(key_bytes).unwrap_or(0) / MAX_NR * MAX_NR;
     if !score_rows && l1_keys > 0 && kv_len > l1_keys {
         return AttentionPlan::KeyBlocks {
@@ -197,7 +196,7 @@ pub(super) fn plan(
         };
     }
     let budget = caches.l2 / 2;
-    if head_bytes <= budget {
+    if kv_len.saturating_mul(key_bytes) <= budget {
         return AttentionPlan::Rows;
     }
     let rows = Q_UNIT.saturating_mul(key_bytes);

@@ -92,8 +92,8 @@
 //! the FMA rate asks many bytes a cycle (AVX-512). Elsewhere, where one head's packed K and V
 //! fit half the level-2 cache, each block of rows sweeps them all from there; beyond, key
 //! blocks fill that half, so that what comes from the last-level cache is read once per 48
-//! rows instead of once per `MR`. A row
-//! sees the same steps of 64 keys in the same order either way, so the plan changes no bit.
+//! rows instead of once per `MR`. A row sees the same steps of 64 keys in the same order
+//! either way, so the plan changes no bit.
 //!
 //! The RealFormer form without a mask reads `P` and writes `S` for whole tiles without
 //! per-vector tests, and loads every row's `P` before it stores any row's `S`: two large
