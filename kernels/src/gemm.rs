@@ -19,6 +19,7 @@
 
 use std::array;
 
+use crate::aligned::AlignedBuf;
 use crate::dispatch::{Kernels, Op};
 use crate::element::Element;
 use crate::simd::{Simd, TileOp};
@@ -46,7 +47,7 @@ struct PackPanels<'a> {
     ldb: usize,
     k: usize,
     n: usize,
-    dst: &'a mut Vec<f32>,
+    dst: &'a mut AlignedBuf<f32>,
 }
 
 impl Op for PackPanels<'_> {
@@ -72,21 +73,20 @@ impl TileOp for PackPanels<'_> {
             ldb >= n && (k == 0 || n == 0 || (k - 1) * ldb + n <= b.len()),
             "pack_panels: B too short"
         );
-        dst.clear();
-        dst.resize(packed_len(k, n, nr), 0.0);
+        *dst = AlignedBuf::zeroed(packed_len(k, n, nr));
         // SAFETY: `b` covers `k` rows of `ldb ≥ n` floats (asserted); `dst` holds
         // `packed_len(k, n, nr)` floats; `nr` is a multiple of `LANES`.
-        unsafe { pack_b(s, b.as_ptr(), ldb, k, n, nr, dst.as_mut_ptr()) }
+        unsafe { pack_b(s, b.as_ptr(), ldb, k, n, nr, dst.as_mut_slice().as_mut_ptr()) }
     }
 }
 
 impl Kernels {
     /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile, into
-    /// `dst`, which it resizes to their length.
+    /// `dst`, which it replaces with a buffer of their length.
     ///
     /// # Panics
     /// If `b` does not hold `k` rows of `ldb ≥ n` floats: callers pass checked weights.
-    pub(crate) fn pack_panels(&self, b: &[f32], ldb: usize, k: usize, n: usize, dst: &mut Vec<f32>) {
+    pub(crate) fn pack_panels(&self, b: &[f32], ldb: usize, k: usize, n: usize, dst: &mut AlignedBuf<f32>) {
         // SAFETY: the op checks its slices.
         unsafe { self.run(PackPanels { b, ldb, k, n, dst }) }
     }

@@ -103,6 +103,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod aligned;
 pub mod attention;
 mod dispatch;
 mod element;

@@ -237,6 +237,7 @@ unsafe fn run<S: Simd, E: Element, const MR: usize, const NV: usize>(s: S, c: &A
     // Workspace: K tiles, V rows, the query block's output rows and a probability tile, then
     // the block's widened queries (used only when `E` is not f32).
     let kp = c.workspace;
+    debug_assert!((kp as usize).is_multiple_of(64), "workspace slots start cache lines");
     // SAFETY (workspace offsets): `tiles·nr ≤ ⌈Lk/MAX_NR⌉·MAX_NR` because `nr` divides
     // `MAX_NR`, and `dv_pad ≤` the padded `Dv` of `workspace_len`, so every region fits.
     let vp = unsafe { kp.add(tiles * nr * dk) };

@@ -108,6 +108,7 @@
 mod flash;
 mod options;
 
+use crate::aligned::AlignedBuf;
 use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
 use crate::error::Error;
@@ -123,7 +124,7 @@ pub use options::{
 /// makes every call allocation-free.
 #[derive(Debug, Default, Clone)]
 pub struct AttentionWorkspace {
-    buf: Vec<f32>,
+    buf: AlignedBuf<f32>,
 }
 
 impl AttentionWorkspace {
@@ -151,17 +152,14 @@ impl AttentionWorkspace {
             counted,
             workspace_len(s.kv_len, s.head_dim, s.value_dim),
         ) {
-            let _ = ws.buf.try_reserve_exact(len);
+            let _ = ws.buf.try_reserve(len);
         }
         ws
     }
 
     /// Grows the buffer to `len` floats if needed and returns it.
     fn reserve(&mut self, len: usize) -> &mut [f32] {
-        if self.buf.len() < len {
-            self.buf.resize(len, 0.0);
-        }
-        &mut self.buf[..len]
+        self.buf.grow(len)
     }
 }
 

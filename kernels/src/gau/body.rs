@@ -5,6 +5,7 @@ use std::array;
 use std::ops::Range;
 
 use super::options::{GauAttention, GauShape, Normalizer, RopePairs};
+use crate::aligned::LINE_WORDS;
 use crate::attention::MaskShape;
 use crate::dispatch::Op;
 use crate::element::Element;
@@ -180,7 +181,8 @@ impl<E: Element> TileOp for GauCall<E> {
     }
 }
 
-/// Regions of the workspace, in floats, sized with the largest tile of any ISA.
+/// Regions of the workspace, in floats, sized with the largest tile of any ISA and rounded up
+/// to whole cache lines, so that each starts one as the workspace does.
 struct Layout {
     w_in: usize,
     w_out: usize,
@@ -219,15 +221,15 @@ impl Layout {
                 e.checked_mul(d.div_ceil(MAX_NR))?.checked_mul(MAX_NR)?
             },
             // V chunks are read whole past column 2e: pad the last row.
-            h: t.checked_mul(w)?.checked_add(MAX_NR)?,
-            q: t.checked_mul(s)?,
-            k: t.checked_mul(s)?,
+            h: lines(t.checked_mul(w)?.checked_add(MAX_NR)?)?,
+            q: lines(t.checked_mul(s)?)?,
+            k: lines(t.checked_mul(s)?)?,
             k_packed: t.div_ceil(MAX_NR).checked_mul(MAX_NR)?.checked_mul(s)?,
             o_acc: rows
                 .checked_mul(e.div_ceil(MAX_NR).checked_add(1)?)?
                 .checked_mul(MAX_NR)?,
             p: rows * MAX_NR,
-            x: if widen_x { t.checked_mul(d)? } else { 0 },
+            x: if widen_x { lines(t.checked_mul(d)?)? } else { 0 },
         })
     }
 
@@ -246,6 +248,11 @@ impl Layout {
         .into_iter()
         .try_fold(0usize, |acc, n| acc.checked_add(n))
     }
+}
+
+/// `n` floats rounded up to whole cache lines.
+fn lines(n: usize) -> Option<usize> {
+    n.checked_next_multiple_of(LINE_WORDS)
 }
 
 /// Floats of workspace any ISA needs for `shape` (with room for one widened sequence of X
@@ -349,6 +356,10 @@ impl Regions {
     /// layout.p`.
     #[inline(always)]
     unsafe fn of<E>(c: &GauCall<E>, layout: &Layout) -> Regions {
+        debug_assert!(
+            (c.workspace as usize).is_multiple_of(64) && (c.blocks as usize).is_multiple_of(64),
+            "workspace regions start cache lines"
+        );
         // SAFETY (offsets): the regions follow each other inside the slot's `total()` floats.
         unsafe {
             let w_in_p = c.workspace;

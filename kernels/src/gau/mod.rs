@@ -103,6 +103,7 @@
 mod body;
 mod options;
 
+use crate::aligned::AlignedBuf;
 use crate::attention::MaskShape;
 use crate::dispatch::{with_detected, Kernels};
 use crate::element::{Element, PerElement, Typed};
@@ -120,8 +121,8 @@ pub struct PackedGauWeights {
     isa: Isa,
     /// `(d, e, s)`.
     dims: (usize, usize, usize),
-    w_in: Vec<f32>,
-    w_out: Vec<f32>,
+    w_in: AlignedBuf<f32>,
+    w_out: AlignedBuf<f32>,
     b_in: Option<Vec<f32>>,
     gamma_q: Vec<f32>,
     beta_q: Vec<f32>,
@@ -144,7 +145,7 @@ impl PackedGauWeights {
 /// largest call it has served; a long-lived workspace makes every call allocation-free.
 #[derive(Debug, Default, Clone)]
 pub struct GauWorkspace {
-    buf: Vec<f32>,
+    buf: AlignedBuf<f32>,
     rope: Vec<f32>,
     /// `(T, width, base bits)` of the table.
     rope_for: Option<(usize, usize, u32)>,
@@ -205,7 +206,7 @@ impl Kernels {
         check_weights(shape, weights)?;
         let (d, e, s) = (shape.dim, shape.expand, shape.qk_dim);
         let width = 2 * e + s;
-        let (mut w_in, mut w_out) = (Vec::new(), Vec::new());
+        let (mut w_in, mut w_out) = (AlignedBuf::default(), AlignedBuf::default());
         self.pack_panels(weights.w_in, width, d, width, &mut w_in);
         self.pack_panels(weights.w_out, d, e, d, &mut w_out);
         Ok(PackedGauWeights {
@@ -254,13 +255,13 @@ impl Kernels {
             ));
         }
         let view = GauWeights {
-            w_in: &weights.w_in,
+            w_in: weights.w_in.as_slice(),
             b_in: weights.b_in.as_deref(),
             gamma_q: &weights.gamma_q,
             beta_q: &weights.beta_q,
             gamma_k: &weights.gamma_k,
             beta_k: &weights.beta_k,
-            w_out: &weights.w_out,
+            w_out: weights.w_out.as_slice(),
             b_out: weights.b_out.as_deref(),
         };
         self.launch(shape, x, &view, true, opts, out, workspace)
@@ -397,10 +398,7 @@ impl Kernels {
             ws_len.checked_mul(by_batch)
         }
         .ok_or_else(too_large)?;
-        if workspace.buf.len() < total {
-            workspace.buf.resize(total, 0.0);
-        }
-        call.workspace = workspace.buf.as_mut_ptr();
+        call.workspace = workspace.buf.grow(total).as_mut_ptr();
         let go = |phase| {
             // SAFETY: every pointer covers the length its shape gives (checked above), the
             // workspace holds `workspace_len` floats and a block region for each part after

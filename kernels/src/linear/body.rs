@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use super::options::{Activation, LinearWeights, WeightLayout, WeightType};
+use crate::aligned::AlignedBuf;
 use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{assert_tile_fits, store_n, MAX_MR, MAX_NR};
@@ -19,8 +20,8 @@ use crate::simd::{Simd, TileOp};
 /// vectors from one load, [`Simd::load_bf16_pair`]).
 #[derive(Debug, Clone)]
 pub(super) enum Panels {
-    F32(Vec<f32>),
-    Bf16(Vec<u32>),
+    F32(AlignedBuf<f32>),
+    Bf16(AlignedBuf<u32>),
 }
 
 /// Packs `w` into panels of `nr` columns, vectors of `lanes`.
@@ -33,17 +34,19 @@ pub(super) fn pack(w: &LinearWeights, ty: WeightType, nr: usize, lanes: usize) -
     let panels = n.div_ceil(nr);
     match ty {
         WeightType::F32 => {
-            let mut p = vec![0.0f32; panels * k * nr];
+            let mut buf = AlignedBuf::zeroed(panels * k * nr);
+            let p = buf.as_mut_slice();
             for (col, column) in (0..n).map(|col| (col, (col / nr) * k * nr + col % nr)) {
                 for kk in 0..k {
                     p[column + kk * nr] = at(kk, col);
                 }
             }
-            Panels::F32(p)
+            Panels::F32(buf)
         }
         WeightType::Bf16 => {
             let half = nr / 2;
-            let mut p = vec![0u32; panels * k * half];
+            let mut buf = AlignedBuf::<u32>::zeroed(panels * k * half);
+            let p = buf.as_mut_slice();
             for col in 0..n {
                 // Column `c` of its panel: vector `c / lanes`, lane `c % lanes`; vectors pair up.
                 let c = col % nr;
@@ -54,7 +57,7 @@ pub(super) fn pack(w: &LinearWeights, ty: WeightType, nr: usize, lanes: usize) -
                     p[word + kk * half] |= (half::bf16::from_f32(at(kk, col)).to_bits() as u32) << shift;
                 }
             }
-            Panels::Bf16(p)
+            Panels::Bf16(buf)
         }
     }
 }

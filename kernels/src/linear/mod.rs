@@ -234,9 +234,10 @@ impl Kernels {
             return Ok(());
         }
         let (panels, bf16) = match &weights.panels {
-            Panels::F32(p) => (p.as_ptr().cast::<u32>(), false),
-            Panels::Bf16(p) => (p.as_ptr(), true),
+            Panels::F32(p) => (p.as_slice().as_ptr().cast::<u32>(), false),
+            Panels::Bf16(p) => (p.as_slice().as_ptr(), true),
         };
+        debug_assert!((panels as usize).is_multiple_of(64), "panels start a cache line");
         let call = LinearCall {
             x: x.as_ptr(),
             m,
