@@ -2,8 +2,8 @@
 //!
 //! Packed weight panels and the workspaces of attention and the GAU are read a whole vector
 //! at a time. A 64-byte AVX-512 load from an address that is not a multiple of 64 straddles two
-//! cache lines and costs two level-1 accesses, and the allocator only promises 16 bytes: large
-//! blocks come back 16 bytes past a page boundary, so every load of a `Vec<f32>`'s panel split.
+//! cache lines and costs two level-1 accesses, and the allocator only promises 16 bytes: the
+//! large `Vec<f32>` panels measured came back 16 or 48 bytes past a line, so every load split.
 //! The kernels place every region at a multiple of 16 words from the start of its buffer, so
 //! this one alignment serves all of them.
 
@@ -14,7 +14,7 @@ use std::fmt;
 pub(crate) const LINE_WORDS: usize = 16;
 
 /// Four-byte words, zero a value of each.
-pub(crate) trait Word: Copy + Default + 'static {
+pub(crate) trait Word: Copy + Default {
     const ZERO: Self;
 }
 

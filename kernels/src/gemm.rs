@@ -47,48 +47,47 @@ struct PackPanels<'a> {
     ldb: usize,
     k: usize,
     n: usize,
-    dst: &'a mut AlignedBuf<f32>,
 }
 
 impl Op for PackPanels<'_> {
-    type Output = ();
+    type Output = AlignedBuf<f32>;
 
     /// # Safety
     /// None beyond the token's: the slices are checked here.
     #[inline(always)]
-    unsafe fn eval<S: Simd>(self, s: S) {
+    unsafe fn eval<S: Simd>(self, s: S) -> AlignedBuf<f32> {
         // SAFETY: `PackPanels` is itself a `TileOp` with no safety conditions.
         unsafe { s.with_tile(self) }
     }
 }
 
 impl TileOp for PackPanels<'_> {
-    type Output = ();
+    type Output = AlignedBuf<f32>;
 
     #[inline(always)]
-    unsafe fn eval<S: Simd, const MR: usize, const NV: usize>(self, s: S) {
+    unsafe fn eval<S: Simd, const MR: usize, const NV: usize>(self, s: S) -> AlignedBuf<f32> {
         let nr = NV * S::LANES;
-        let PackPanels { b, ldb, k, n, dst } = self;
+        let PackPanels { b, ldb, k, n } = self;
         assert!(
             ldb >= n && (k == 0 || n == 0 || (k - 1) * ldb + n <= b.len()),
             "pack_panels: B too short"
         );
-        *dst = AlignedBuf::zeroed(packed_len(k, n, nr));
+        let mut dst = AlignedBuf::zeroed(packed_len(k, n, nr));
         // SAFETY: `b` covers `k` rows of `ldb ≥ n` floats (asserted); `dst` holds
         // `packed_len(k, n, nr)` floats; `nr` is a multiple of `LANES`.
-        unsafe { pack_b(s, b.as_ptr(), ldb, k, n, nr, dst.as_mut_slice().as_mut_ptr()) }
+        unsafe { pack_b(s, b.as_ptr(), ldb, k, n, nr, dst.as_mut_slice().as_mut_ptr()) };
+        dst
     }
 }
 
 impl Kernels {
-    /// Packs `B[k, n]` (row stride `ldb`) into the panels of this ISA's GEMM tile, into
-    /// `dst`, which it replaces with a buffer of their length.
+    /// `B[k, n]` (row stride `ldb`) packed into the panels of this ISA's GEMM tile.
     ///
     /// # Panics
     /// If `b` does not hold `k` rows of `ldb ≥ n` floats: callers pass checked weights.
-    pub(crate) fn pack_panels(&self, b: &[f32], ldb: usize, k: usize, n: usize, dst: &mut AlignedBuf<f32>) {
+    pub(crate) fn pack_panels(&self, b: &[f32], ldb: usize, k: usize, n: usize) -> AlignedBuf<f32> {
         // SAFETY: the op checks its slices.
-        unsafe { self.run(PackPanels { b, ldb, k, n, dst }) }
+        unsafe { self.run(PackPanels { b, ldb, k, n }) }
     }
 }
 

@@ -206,14 +206,11 @@ impl Kernels {
         check_weights(shape, weights)?;
         let (d, e, s) = (shape.dim, shape.expand, shape.qk_dim);
         let width = 2 * e + s;
-        let (mut w_in, mut w_out) = (AlignedBuf::default(), AlignedBuf::default());
-        self.pack_panels(weights.w_in, width, d, width, &mut w_in);
-        self.pack_panels(weights.w_out, d, e, d, &mut w_out);
         Ok(PackedGauWeights {
             isa: self.isa(),
             dims: (d, e, s),
-            w_in,
-            w_out,
+            w_in: self.pack_panels(weights.w_in, width, d, width),
+            w_out: self.pack_panels(weights.w_out, d, e, d),
             b_in: weights.b_in.map(<[f32]>::to_vec),
             gamma_q: weights.gamma_q.to_vec(),
             beta_q: weights.beta_q.to_vec(),
