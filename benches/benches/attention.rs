@@ -71,6 +71,8 @@ fn bench(g: &mut BenchmarkGroup<'_, WallTime>, imp: Impl, len: usize, realformer
         Impl::Fused(_) => BenchmarkId::new(variant, len),
         Impl::Composed(gemm, softmax) => BenchmarkId::new(format!("{}+{}/{variant}", gemm.name(), softmax.name()), len),
     };
+    // The compositions' GEMMs run on the best ISA, as their softmax.
+    let best = Kernels::best().isa();
     g.bench_function(id, |b| {
         b.iter(|| {
             let [q, k, v, p, o, s]: [&mut [f32]; 6] = bufs.all_mut().try_into().expect("six buffers");
@@ -87,7 +89,8 @@ fn bench(g: &mut BenchmarkGroup<'_, WallTime>, imp: Impl, len: usize, realformer
                         .expect("attention of a valid shape");
                 }
                 (Impl::Composed(_, softmax), Some(c)) => {
-                    c.run(softmax, q, k, v, p, o, s).expect("composition of a valid shape");
+                    c.run(best, softmax, q, k, v, p, o, s)
+                        .expect("composition of a valid shape");
                 }
                 (Impl::Composed(..), None) => unreachable!("made above"),
             }

@@ -5,9 +5,10 @@
 //! and mask options, the strongest baseline: it differs from the fused kernel only in the
 //! materialized scores; or the plain scalar Rust softmax of [`crate::plain`] (libm's
 //! `f32::exp`), the peer "gemm crate + scalar softmax" of the report's attention target. The
-//! GEMMs come from one of two crates ([`Gemm`]), single-threaded; both pick their
-//! best kernels at run time (AVX-512 on a CPU that has it: gemm with its `x86-v4` feature,
-//! matrixmultiply by default), whatever the softmax.
+//! GEMMs come from one of two crates ([`Gemm`]), single-threaded. The gemm crate runs its
+//! kernels for the composition's ISA: its AVX2 + FMA kernels on an AVX2 row (even on a CPU
+//! with AVX-512), its best otherwise (AVX-512 where the CPU has it, with its `x86-v4`
+//! feature); matrixmultiply picks its best kernels at run time (it has no AVX-512 ones).
 //!
 //! - Plain: `S = Q·Kᵀ` (GEMM), `softmax_inplace(S, scale = 1/√Dk)`, `O = S·V` (GEMM).
 //! - With previous scores `P` (RealFormer) or a scores output: the scores buffer (the output
@@ -21,7 +22,7 @@
 //!   mask is added to the scores (in the weights' buffer when `S` is kept), then the rows are
 //!   normalized in place.
 
-use kernels::{AttentionOptions, AttentionShape, Kernels, MaskedRows, SoftmaxOptions};
+use kernels::{AttentionOptions, AttentionShape, Isa, Kernels, MaskedRows, SoftmaxOptions};
 
 use crate::plain;
 
@@ -72,13 +73,15 @@ impl Gemm {
     }
 
     /// `c = (c if accumulate, else 0) + alpha·a·b` for an `m × kk` matrix `a` and a `kk × n`
-    /// matrix `b`, given by their (row, column) strides, into the row-major `m × n` matrix `c`.
+    /// matrix `b`, given by their (row, column) strides, into the row-major `m × n` matrix `c`,
+    /// on the kernels of `isa` (see the [module docs](self)).
     ///
     /// # Panics
     /// If a matrix does not fit in its slice.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         self,
+        isa: Isa,
         (m, n, kk): (usize, usize, usize),
         alpha: f32,
         a: &[f32],
@@ -102,7 +105,35 @@ impl Gemm {
         assert!(last(m, kk, a_rs, a_cs) < a.len(), "matmul: a is too short");
         assert!(last(kk, n, b_rs, b_cs) < b.len(), "matmul: b is too short");
         let s = |v: usize| v as isize;
+        // Only the gemm crate on x86-64 has kernels to choose by ISA.
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = isa;
         match self {
+            // SAFETY: as below.
+            #[cfg(target_arch = "x86_64")]
+            Gemm::GemmCrate if isa == Isa::Avx2 => unsafe {
+                gemm_avx2::gemm(
+                    m,
+                    n,
+                    kk,
+                    c.as_mut_ptr(),
+                    1,
+                    s(n),
+                    accumulate,
+                    a.as_ptr(),
+                    s(a_cs),
+                    s(a_rs),
+                    b.as_ptr(),
+                    s(b_cs),
+                    s(b_rs),
+                    1.0,
+                    alpha,
+                    false,
+                    false,
+                    false,
+                    gemm_avx2::Parallelism::None,
+                )
+            },
             // SAFETY: every element the strides address lies inside its slice (asserted
             // above); `c` is an exclusive borrow distinct from `a` and `b`.
             Gemm::GemmCrate => unsafe {
@@ -212,14 +243,16 @@ impl Composition {
         self.gemm
     }
 
-    /// Runs the composition with the row softmax `softmax`: `out[B,H,Lq,Dv]`, and the scores
-    /// `S = scale·Q·Kᵀ + P` into `scores[B,H,Lq,Lk]` when given.
+    /// Runs the composition, its GEMMs on the kernels of `isa` and its rows through `softmax`:
+    /// `out[B,H,Lq,Dv]`, and the scores `S = scale·Q·Kᵀ + P` into `scores[B,H,Lq,Lk]` when
+    /// given.
     ///
     /// # Panics
     /// If a slice does not have the length the shape gives.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
+        isa: Isa,
         softmax: impl Into<RowSoftmax>,
         q: &[f32],
         k: &[f32],
@@ -279,7 +312,17 @@ impl Composition {
                 // S = scale·Q·Kᵀ + P is computed by the GEMM; otherwise the softmax applies
                 // the scale.
                 let alpha = if raw { self.scale } else { 1.0 };
-                gemm.matmul((lq, lk, dk), alpha, q_h, (dk, 1), k_h, (1, dk), s, prev_h.is_some());
+                gemm.matmul(
+                    isa,
+                    (lq, lk, dk),
+                    alpha,
+                    q_h,
+                    (dk, 1),
+                    k_h,
+                    (1, dk),
+                    s,
+                    prev_h.is_some(),
+                );
                 let weights: &[f32] = match softmax {
                     RowSoftmax::Kernels(kernels) => {
                         let scale = if raw { 1.0 } else { self.scale };
@@ -306,7 +349,7 @@ impl Composition {
                         w
                     }
                 };
-                gemm.matmul((lq, dv, lk), 1.0, weights, (lk, 1), v_h, (dv, 1), o_h, false);
+                gemm.matmul(isa, (lq, dv, lk), 1.0, weights, (lk, 1), v_h, (dv, 1), o_h, false);
             }
         }
         Ok(())
@@ -388,11 +431,12 @@ mod tests {
         let p = data::uniform(2 * 4 * 13 * 21, -2.0, 2.0, 4);
         let lens = [21, 9];
         for gemm in Gemm::ALL {
-            let softmaxes = kernels::available_isas()
-                .into_iter()
-                .map(|isa| RowSoftmax::Kernels(Kernels::for_isa(isa).expect("available")))
-                .chain([RowSoftmax::Plain]);
-            for softmax in softmaxes {
+            // Each ISA's GEMMs, with that ISA's softmax and with the plain one.
+            let runs = kernels::available_isas().into_iter().flat_map(|isa| {
+                let k = Kernels::for_isa(isa).expect("available");
+                [(isa, RowSoftmax::Kernels(k)), (isa, RowSoftmax::Plain)]
+            });
+            for (isa, softmax) in runs {
                 for (prev, causal, padded) in [
                     (false, false, false),
                     (true, false, false),
@@ -414,11 +458,12 @@ mod tests {
                     let mut out = vec![0.0; 2 * 4 * 13 * 5];
                     let mut s = vec![0.0; p.len()];
                     let what = format!(
-                        "{} {} prev={prev} causal={causal} padded={padded}",
+                        "{}({isa}) {} prev={prev} causal={causal} padded={padded}",
                         gemm.name(),
                         softmax.name()
                     );
                     c.run(
+                        isa,
                         softmax,
                         &q,
                         &k,

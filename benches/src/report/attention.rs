@@ -216,10 +216,12 @@ enum Contender {
     Kernel(usize),
     /// The kernel of `ctx.kernels[i]` without them (plain attention).
     Dense(usize),
-    /// The composition on `Gemm::ALL[g]` with the softmax of `ctx.kernels[i]`.
+    /// The composition on `Gemm::ALL[g]` with the GEMMs and the softmax of `ctx.kernels[i]`'s
+    /// ISA.
     Composed(usize, usize),
-    /// The gemm-crate composition with the plain scalar softmax.
-    ComposedPlain,
+    /// The gemm-crate composition on the GEMMs of `ctx.kernels[i]`'s ISA, with the plain
+    /// scalar softmax.
+    ComposedPlain(usize),
     /// The FMA-peak loop of an ISA.
     Fma(Isa),
 }
@@ -265,13 +267,14 @@ impl Bench<'_> {
                     .map_err(|e| e.to_string())?;
             }
             Contender::Composed(g, i) => {
+                let kernels = self.ctx.kernels[i];
                 self.compositions[g]
-                    .run(self.ctx.kernels[i], q, k, v, p, o, s)
+                    .run(kernels.isa(), kernels, q, k, v, p, o, s)
                     .map_err(|e| e.to_string())?;
             }
-            Contender::ComposedPlain => {
+            Contender::ComposedPlain(i) => {
                 self.compositions[GEMM_CRATE]
-                    .run(RowSoftmax::Plain, q, k, v, p, o, s)
+                    .run(self.ctx.kernels[i].isa(), RowSoftmax::Plain, q, k, v, p, o, s)
                     .map_err(|e| e.to_string())?;
             }
             Contender::Fma(isa) => {
@@ -291,7 +294,11 @@ impl Bench<'_> {
                 Gemm::ALL[g].name(),
                 self.ctx.kernels[i].isa()
             ),
-            Contender::ComposedPlain => format!("{} + plain softmax composition", Gemm::GemmCrate.name()),
+            Contender::ComposedPlain(i) => format!(
+                "{}({}) + plain softmax composition",
+                Gemm::GemmCrate.name(),
+                self.ctx.kernels[i].isa()
+            ),
             Contender::Fma(isa) => roofline::fma_name(isa),
         }
     }
@@ -526,8 +533,8 @@ fn measure(variant: Variant, len: usize, ctx: &Context) -> Result<Vec<Row>, Repo
     let time_scalar = len <= SCALAR_MAX_LEN;
 
     // Interleaved contenders: per printed vector ISA, its kernel, the plain kernel (for the
-    // variants' goals), the two compositions and its FMA peak; the scalar FMA peak for the
-    // scalar row.
+    // variants' goals), the two compositions (and, plain, the gemm crate's with the plain
+    // softmax) and its FMA peak; the scalar FMA peak for the scalar row.
     let mut contenders = Vec::new();
     for (i, k) in ctx.kernels.iter().enumerate() {
         if i == scalar || !printed(i) {
@@ -538,10 +545,10 @@ fn measure(variant: Variant, len: usize, ctx: &Context) -> Result<Vec<Row>, Repo
             contenders.push(Contender::Dense(i));
         }
         contenders.extend((0..Gemm::ALL.len()).map(|g| Contender::Composed(g, i)));
+        if variant == Variant::Plain {
+            contenders.push(Contender::ComposedPlain(i));
+        }
         contenders.push(Contender::Fma(k.isa()));
-    }
-    if variant == Variant::Plain && !contenders.is_empty() {
-        contenders.push(Contender::ComposedPlain);
     }
     let scalar_row = time_scalar && printed(scalar);
     if scalar_row {
@@ -556,7 +563,7 @@ fn measure(variant: Variant, len: usize, ctx: &Context) -> Result<Vec<Row>, Repo
             .map_err(|e| fail(format!("{}: {e}", bench.name(contender))))?;
         match contender {
             Contender::Kernel(_) => checked[c] = Some(check_all(&samples, &bench)),
-            Contender::Composed(..) | Contender::ComposedPlain => {
+            Contender::Composed(..) | Contender::ComposedPlain(_) => {
                 let e = check_all(&samples, &bench);
                 if e.max_rel.is_nan() || e.max_rel > COMPOSITION_TOLERANCE {
                     return Err(fail(format!(
@@ -672,7 +679,7 @@ fn measure(variant: Variant, len: usize, ctx: &Context) -> Result<Vec<Row>, Repo
             .enumerate()
             .filter_map(|(g, gemm)| Some((gemm.name().to_string(), ratio(Contender::Composed(g, i))?)))
             .collect();
-        if let Some(q) = ratio(Contender::ComposedPlain) {
+        if let Some(q) = ratio(Contender::ComposedPlain(i)) {
             vs.push(("gemm+plain".to_string(), q));
         }
         if let Some(q) = ratio(Contender::Dense(i)) {

@@ -145,10 +145,21 @@ impl Dense {
         }
     }
 
-    /// `y = x·W` (the gemm crate), then `y += b` (a loop over the rows).
-    fn apply(&self, x: &[f32], y: &mut [f32]) {
+    /// `y = x·W` (the gemm crate, on its kernels for `isa`), then `y += b` (a loop over the
+    /// rows).
+    fn apply(&self, isa: Isa, x: &[f32], y: &mut [f32]) {
         let m = x.len() / self.k;
-        Gemm::GemmCrate.matmul((m, self.n, self.k), 1.0, x, (self.k, 1), &self.w, (self.n, 1), y, false);
+        Gemm::GemmCrate.matmul(
+            isa,
+            (m, self.n, self.k),
+            1.0,
+            x,
+            (self.k, 1),
+            &self.w,
+            (self.n, 1),
+            y,
+            false,
+        );
         for row in y.chunks_exact_mut(self.n) {
             for (v, &b) in row.iter_mut().zip(&self.bias) {
                 *v += b;
@@ -237,7 +248,7 @@ impl Unfused {
         s.up.resize(tokens * CONFIG.intermediate, 0.0);
         let mut laps = Laps::new(profile);
         for layer in &self.layers {
-            layer.qkv.apply(x, &mut s.qkv);
+            layer.qkv.apply(k.isa(), x, &mut s.qkv);
             laps.lap(Step::Linear);
             let part = |i| Layout::tokens_first(len, 3 * hidden, i * hidden, d);
             let args = AttentionArgs {
@@ -255,16 +266,16 @@ impl Unfused {
             };
             k.attention_args(args, &mut s.attention)?;
             laps.lap(Step::Attention);
-            layer.out.apply(&s.ctx, &mut s.h);
+            layer.out.apply(k.isa(), &s.ctx, &mut s.h);
             laps.lap(Step::Linear);
             add(&mut s.h, x);
             k.layer_norm_inplace(&mut s.h, hidden, &norm(&layer.ln1))?;
             laps.lap(Step::Norm);
-            layer.up.apply(&s.h, &mut s.up);
+            layer.up.apply(k.isa(), &s.h, &mut s.up);
             laps.lap(Step::Linear);
             k.gelu_inplace(&mut s.up)?;
             laps.lap(Step::Activation);
-            layer.down.apply(&s.up, x);
+            layer.down.apply(k.isa(), &s.up, x);
             laps.lap(Step::Linear);
             add(x, &s.h);
             k.layer_norm_inplace(x, hidden, &norm(&layer.ln2))?;
@@ -410,16 +421,12 @@ fn measure(batch: usize, len: usize, ctx: &Context) -> Result<Vec<Row>, ReportEr
                 ("encoder", Contender::Fused(i)) | ("encoder_gemm", Contender::Unfused(i)) => i,
                 _ => continue,
             };
-            // The composition's products run the gemm crate's best kernels whatever the ISA of
-            // its passes: it is held against the best ISA's peak.
+            // Both run on the row's ISA (the composition's products on the gemm crate's kernels
+            // for it): each is held against that ISA's peak.
             let isa = ctx.kernels[i].isa();
-            let peak = match contender {
-                Contender::Unfused(_) => Kernels::best().isa(),
-                _ => isa,
-            };
             let median = samples.median(c);
-            let roof = at(Contender::Fma(peak)).map(|r| {
-                let scale = flops / fma_call_flops(peak);
+            let roof = at(Contender::Fma(isa)).map(|r| {
+                let scale = flops / fma_call_flops(isa);
                 (samples.min(r) * scale, fma_ratio(samples.min(r), median, scale))
             });
             let mut vs = Vec::new();
@@ -449,7 +456,7 @@ fn measure(batch: usize, len: usize, ctx: &Context) -> Result<Vec<Row>, ReportEr
                     .iter()
                     .map(|&s| (s.name().to_string(), profiles[c].share(s)))
                     .collect(),
-                roofline: roof.map(|_| roofline::fma_name(peak)),
+                roofline: roof.map(|_| roofline::fma_name(isa)),
                 roofline_ns_per_iter: roof.map(|r| r.0),
                 roofline_ratio: roof.map(|r| r.1),
                 rel_iqr: samples.rel_iqr(c),

@@ -321,8 +321,8 @@ pub fn input(len: usize) -> Vec<f32> {
     data::uniform(len * DIM, -1.0, 1.0, 0x5eed_0500)
 }
 
-/// The unfused GAU a user would compose on the gemm crate (single-threaded), with separate
-/// passes between the GEMMs, per batch:
+/// The unfused GAU a user would compose on the gemm crate (single-threaded, on its kernels for
+/// the ISA of the run), with separate passes between the GEMMs, per batch:
 ///
 /// 1. `P = X·W_in` (GEMM), then `P += b_in` (a loop) and `P = swish(P)` ([`Kernels::swish`]
 ///    in place);
@@ -378,7 +378,17 @@ impl GauComposition {
         for b in 0..batch {
             let x = &x[b * t * d..][..t * d];
             let out = &mut out[b * t * d..][..t * d];
-            gemm.matmul((t, width, d), 1.0, x, (d, 1), w.w_in, (width, 1), &mut self.p, false);
+            gemm.matmul(
+                k.isa(),
+                (t, width, d),
+                1.0,
+                x,
+                (d, 1),
+                w.w_in,
+                (width, 1),
+                &mut self.p,
+                false,
+            );
             if let Some(bias) = w.b_in {
                 for row in self.p.chunks_exact_mut(width) {
                     for (v, &b) in row.iter_mut().zip(bias) {
@@ -399,7 +409,17 @@ impl GauComposition {
                     kk[j] = z[j] * w.gamma_k[j] + w.beta_k[j];
                 }
             }
-            gemm.matmul((t, t, s), scale, &self.q, (s, 1), &self.k, (1, s), &mut self.s, false);
+            gemm.matmul(
+                k.isa(),
+                (t, t, s),
+                scale,
+                &self.q,
+                (s, 1),
+                &self.k,
+                (1, s),
+                &mut self.s,
+                false,
+            );
             for (i, row) in self.s.chunks_exact_mut(t).enumerate() {
                 for (j, v) in row.iter_mut().enumerate() {
                     let r = v.max(0.0);
@@ -407,6 +427,7 @@ impl GauComposition {
                 }
             }
             gemm.matmul(
+                k.isa(),
                 (t, e, t),
                 1.0,
                 &self.s,
@@ -421,7 +442,7 @@ impl GauComposition {
                     *a *= u;
                 }
             }
-            gemm.matmul((t, d, e), 1.0, &self.av, (e, 1), w.w_out, (d, 1), out, false);
+            gemm.matmul(k.isa(), (t, d, e), 1.0, &self.av, (e, 1), w.w_out, (d, 1), out, false);
             if let Some(bias) = w.b_out {
                 for row in out.chunks_exact_mut(d) {
                     for (v, &b) in row.iter_mut().zip(bias) {
@@ -712,21 +733,19 @@ fn measure(len: usize, causal: bool, full: bool, ctx: &Context) -> Result<Vec<Ro
             ..base.clone()
         });
     }
-    // The composition's own throughput, for the record: a row per ISA of its swish, held
-    // against the FMA peak of the best ISA (the gemm crate picks its AVX-512 kernels where the
-    // CPU has them, whatever the swish's ISA).
-    let best = Kernels::best().isa();
+    // The composition's own throughput, for the record: a row per ISA, held against that ISA's
+    // FMA peak (its GEMMs run the gemm crate's kernels for the ISA, its swish this crate's).
     for (i, k) in ctx.kernels.iter().enumerate() {
         let Some(o) = at(Contender::Composed(i)) else {
             continue;
         };
         let median = samples.median(o);
-        let roof = roof(best, median);
+        let roof = roof(k.isa(), median);
         rows.push(Row {
             kernel: "gau_gemm".to_string(),
             isa: k.isa().to_string(),
             ns_per_iter: median,
-            roofline: roof.map(|_| roofline::fma_name(best)),
+            roofline: roof.map(|_| roofline::fma_name(k.isa())),
             roofline_ns_per_iter: roof.map(|r| r.0),
             roofline_ratio: roof.map(|r| r.1),
             rel_iqr: samples.rel_iqr(o),

@@ -266,8 +266,7 @@ fn roofline(isa: &str, rows: &[Row]) -> Result<String, String> {
         root.fill(&WHITE).map_err(err)?;
         let (left, right) = root.split_horizontally(575);
 
-        // Compute-bound: GFLOP/s against FLOP/byte, the rows held against this ISA's peak (the
-        // GAU's composition on another ISA runs the gemm crate's widest kernels).
+        // Compute-bound: GFLOP/s against FLOP/byte, the rows held against this ISA's peak.
         let own_peak = format!("fma peak({})", crate::roofline::vectors(isa.parse().map_err(err)?));
         let compute: Vec<&Row> = of_isa
             .iter()

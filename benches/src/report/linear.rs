@@ -198,11 +198,11 @@ pub fn activation(gelu: bool) -> Activation {
 }
 
 /// The unfused layer a user would write with the gemm crate (single-threaded): `Y = X·W`
-/// (GEMM), then `Y += b` (a plain loop over the rows), then, where the layer has it,
-/// `Y = gelu(Y)` ([`Kernels::gelu_inplace`] of a given ISA).
+/// (GEMM, on the crate's kernels for `k`'s ISA), then `Y += b` (a plain loop over the rows),
+/// then, where the layer has it, `Y = gelu(Y)` ([`Kernels::gelu_inplace`] of `k`).
 pub fn composition(k: Kernels, x: &[f32], w: &Weights, gelu: bool, out: &mut [f32]) -> Result<(), kernels::Error> {
     let m = x.len() / w.k;
-    Gemm::GemmCrate.matmul((m, w.n, w.k), 1.0, x, (w.k, 1), &w.w, (w.n, 1), out, false);
+    Gemm::GemmCrate.matmul(k.isa(), (m, w.n, w.k), 1.0, x, (w.k, 1), &w.w, (w.n, 1), out, false);
     for row in out.chunks_exact_mut(w.n) {
         for (v, &b) in row.iter_mut().zip(&w.bias) {
             *v += b;
@@ -478,23 +478,22 @@ fn measure(m: usize, layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportErro
             ..base.clone()
         });
     }
-    // The composition's own throughput, for the record: a row per ISA of its GELU, held
-    // against the FMA peak of the best ISA (the gemm crate picks its AVX-512 kernels where the
-    // CPU has them, whatever the GELU's ISA).
-    let best = Kernels::best().isa();
+    // The composition's own throughput, for the record: a row per ISA, held against that ISA's
+    // FMA peak (its GEMM runs the gemm crate's kernels for the ISA, its GELU this crate's).
     for (c, &contender) in contenders.iter().enumerate() {
         let Contender::Composed(i) = contender else {
             continue;
         };
+        let isa = ctx.kernels[i].isa();
         let median = samples.median(c);
-        let roof = roof(best, median);
+        let roof = roof(isa, median);
         out.push(Row {
             kernel: "linear_gemm".to_string(),
-            isa: ctx.kernels[i].isa().to_string(),
+            isa: isa.to_string(),
             shape: shape_name(m, layer, WeightType::F32),
             bytes: Some(moved(k * n * std::mem::size_of::<f32>())),
             ns_per_iter: median,
-            roofline: roof.map(|_| roofline::fma_name(best)),
+            roofline: roof.map(|_| roofline::fma_name(isa)),
             roofline_ns_per_iter: roof.map(|r| r.0),
             roofline_ratio: roof.map(|r| r.1),
             rel_iqr: samples.rel_iqr(c),

@@ -630,8 +630,8 @@ legend:
               rows show theirs for comparison; they are not held to it. \"hard\": inputs hard on purpose.
   xscalar, xplain, xunfused   speed-up over the scalar path, plain Rust (f32::exp loops, two-pass norms),
               the unfused composition (attention, GAU: the gemm crate around this crate's pieces; linear: the
-              gemm crate, then a bias loop and gelu; add_ln_h: a plain add loop, then layer_norm); medians of
-              per-round ratios, interleaved in one run.
+              gemm crate, then a bias loop and gelu; add_ln_h: a plain add loop, then layer_norm; the gemm
+              crate on its kernels for the row's ISA); medians of per-round ratios, interleaved in one run.
   roofline    what the row is held against, measured in the same run: a copy of the same bytes (beyond L2,
               and for norms), the bare vectorized exp of the ISA (softmax-like rows in cache), the FMA peak
               (attention, GAU, linear); xroof = roofline time / kernel time (1.0 = at the roofline).
