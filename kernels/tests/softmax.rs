@@ -182,6 +182,40 @@ fn grouped_rows_give_the_bits_of_single_rows() {
     }
 }
 
+/// Rows reduced together keep their own maximum and sum: neighbouring rows sit 160 apart, so
+/// a maximum taken from another row overflows or underflows `exp`, and a sum from another row
+/// is off by orders of magnitude, whatever the row's place in its group.
+#[test]
+fn rows_reduced_together_keep_their_own_reductions() {
+    for n in [1, 5, 8, 24, 32, 40, 64, 100, 256] {
+        for rows in [1, 7, 16, 23, 40] {
+            let x: Vec<f32> = (0..rows * n)
+                .map(|i| {
+                    let (r, j) = (i / n, i % n);
+                    let centre = if r % 2 == 0 { 80.0 } else { -80.0 };
+                    // Rows differ in length scale too, so that their sums differ.
+                    centre - ((j * 37 + r * 11) % 23) as f32 * (0.1 + 0.05 * (r % 5) as f32)
+                })
+                .collect();
+            let c = Case {
+                x,
+                n,
+                scale: 1.0,
+                mask: None,
+                policy: MaskedRows::Zero,
+                offset: 0,
+                inplace: false,
+            };
+            for k in all_kernels() {
+                for log in [false, true] {
+                    let got = run(&k, &c, log);
+                    check(&k, &c, log, &got).unwrap_or_else(|e| panic!("rows {rows}: {e}"));
+                }
+            }
+        }
+    }
+}
+
 /// Hand-picked rows, on every ISA, at a length with full vectors and a tail.
 #[test]
 fn special_rows() {

@@ -59,6 +59,56 @@ pub(crate) unsafe fn reduce_add_pd256(v: __m256d) -> f64 {
     }
 }
 
+/// `a + b`, or `max(a, b)` (NaN lanes of `a` dropped), lane by lane.
+#[inline(always)]
+fn pair<const MAX: bool>(_: Avx2, a: __m256, b: __m256) -> __m256 {
+    // SAFETY: the token proves AVX2.
+    unsafe {
+        if MAX {
+            _mm256_max_ps(a, b)
+        } else {
+            _mm256_add_ps(a, b)
+        }
+    }
+}
+
+/// The sum (or with `MAX` the maximum) of each of 16 vectors' lanes into `out`, with the tree
+/// of `reduce_add` (`reduce_max`) for every vector.
+#[inline(always)]
+fn reduce_16<const MAX: bool>(s: Avx2, v: &[__m256; 16], out: &mut [f32; 16]) {
+    // SAFETY: the token proves AVX2; the stores write the 16 floats of `out`.
+    unsafe {
+        // As `reduce_add`, level by level, the lanes of two vectors to each result: lanes
+        // `l` and `l + 4` (128-bit halves), `l + 2`, `l + 1`.
+        // `t[p]`: the halves of vectors `2p` (low half) and `2p + 1` (high half).
+        // (Loops, not `array::from_fn`: an outlined closure loses the target features.)
+        let mut t = [_mm256_setzero_ps(); 8];
+        for (p, t) in t.iter_mut().enumerate() {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            *t = pair::<MAX>(
+                s,
+                _mm256_permute2f128_ps::<0x20>(a, b),
+                _mm256_permute2f128_ps::<0x31>(a, b),
+            );
+        }
+        // `u[q]`: the two partial sums of vectors `4q`, `4q + 2` in the low half, of
+        // `4q + 1`, `4q + 3` in the high half.
+        let mut u = [_mm256_setzero_ps(); 4];
+        for (q, u) in u.iter_mut().enumerate() {
+            let (a, b) = (t[2 * q], t[2 * q + 1]);
+            *u = pair::<MAX>(s, _mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xee>(a, b));
+        }
+        // Lane `c` of `z[r]` holds the sum of vector `8r + 2c` (`c < 4`), lane `4 + c`
+        // that of `8r + 2c + 1`: put back in order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for r in 0..2 {
+            let (a, b) = (u[2 * r], u[2 * r + 1]);
+            let z = pair::<MAX>(s, _mm256_shuffle_ps::<0x88>(a, b), _mm256_shuffle_ps::<0xdd>(a, b));
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * r), _mm256_permutevar8x32_ps(z, order));
+        }
+    }
+}
+
 /// The bfloat16 bits of each lane in the low half of its 32-bit lane, rounded to nearest
 /// even: add `0x7fff` plus the lowest kept bit, keep the high half. That carries into the
 /// exponent exactly as rounding should (up to ±∞ past the largest bfloat16), keeps
@@ -233,36 +283,11 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     fn reduce_add_16(self, v: &[__m256; 16], out: &mut [f32; 16]) {
-        // SAFETY: see the impl; the stores write the 16 floats of `out`.
-        unsafe {
-            // As `reduce_add`, level by level, the lanes of two vectors to each result: lanes
-            // `l` and `l + 4` (128-bit halves), `l + 2`, `l + 1`.
-            // `t[p]`: the halves of vectors `2p` (low half) and `2p + 1` (high half).
-            // (Loops, not `array::from_fn`: an outlined closure loses the target features.)
-            let mut t = [_mm256_setzero_ps(); 8];
-            for (p, t) in t.iter_mut().enumerate() {
-                let (a, b) = (v[2 * p], v[2 * p + 1]);
-                *t = _mm256_add_ps(
-                    _mm256_permute2f128_ps::<0x20>(a, b),
-                    _mm256_permute2f128_ps::<0x31>(a, b),
-                );
-            }
-            // `u[q]`: the two partial sums of vectors `4q`, `4q + 2` in the low half, of
-            // `4q + 1`, `4q + 3` in the high half.
-            let mut u = [_mm256_setzero_ps(); 4];
-            for (q, u) in u.iter_mut().enumerate() {
-                let (a, b) = (t[2 * q], t[2 * q + 1]);
-                *u = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xee>(a, b));
-            }
-            // Lane `c` of `z[r]` holds the sum of vector `8r + 2c` (`c < 4`), lane `4 + c`
-            // that of `8r + 2c + 1`: put back in order.
-            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-            for r in 0..2 {
-                let (a, b) = (u[2 * r], u[2 * r + 1]);
-                let z = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a, b), _mm256_shuffle_ps::<0xdd>(a, b));
-                _mm256_storeu_ps(out.as_mut_ptr().add(8 * r), _mm256_permutevar8x32_ps(z, order));
-            }
-        }
+        reduce_16::<false>(self, v, out);
+    }
+    #[inline(always)]
+    fn reduce_max_16(self, v: &[__m256; 16], out: &mut [f32; 16]) {
+        reduce_16::<true>(self, v, out);
     }
     #[inline(always)]
     fn reduce_max(self, a: __m256) -> f32 {

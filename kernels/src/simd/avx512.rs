@@ -55,6 +55,65 @@ fn bf16_rne(v: __m512) -> __m256i {
     }
 }
 
+/// `a + b`, or `max(a, b)` (NaN lanes of `a` dropped), lane by lane.
+#[inline(always)]
+fn pair<const MAX: bool>(_: Avx512, a: __m512, b: __m512) -> __m512 {
+    // SAFETY: the token proves AVX-512.
+    unsafe {
+        if MAX {
+            _mm512_max_ps(a, b)
+        } else {
+            _mm512_add_ps(a, b)
+        }
+    }
+}
+
+/// The sum (or with `MAX` the maximum) of each of 16 vectors' lanes into `out`, with the tree
+/// of `reduce_add` (`reduce_max`) for every vector.
+#[inline(always)]
+fn reduce_16<const MAX: bool>(s: Avx512, v: &[__m512; 16], out: &mut [f32; 16]) {
+    // SAFETY: the token proves AVX-512; the store writes the 16 floats of `out`.
+    unsafe {
+        // As `reduce_add`, level by level, the lanes of two vectors to each result: lanes
+        // `l` and `l + 8` (256-bit halves), `l + 4` (128-bit blocks), `l + 2`, `l + 1`.
+        // `t[p]`: the halves of vectors `2p` (blocks 0, 1) and `2p + 1` (blocks 2, 3).
+        // (Loops, not `array::from_fn`: an outlined closure loses the target features.)
+        let mut t = [_mm512_setzero_ps(); 8];
+        for (p, t) in t.iter_mut().enumerate() {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            *t = pair::<MAX>(
+                s,
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xee>(a, b),
+            );
+        }
+        // `u[q]`: block `m` holds vector `4q + m`'s four partial sums.
+        let mut u = [_mm512_setzero_ps(); 4];
+        for (q, u) in u.iter_mut().enumerate() {
+            let (a, b) = (t[2 * q], t[2 * q + 1]);
+            *u = pair::<MAX>(
+                s,
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xdd>(a, b),
+            );
+        }
+        // `w[r]`: block `m` holds the two partial sums of vectors `8r + m`, `8r + 4 + m`.
+        let mut w = [_mm512_setzero_ps(); 2];
+        for (r, w) in w.iter_mut().enumerate() {
+            let (a, b) = (u[2 * r], u[2 * r + 1]);
+            *w = pair::<MAX>(s, _mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xee>(a, b));
+        }
+        // Lane `4m + c` holds the sum of vector `m + 4c`: put back in order.
+        let z = pair::<MAX>(
+            s,
+            _mm512_shuffle_ps::<0x88>(w[0], w[1]),
+            _mm512_shuffle_ps::<0xdd>(w[0], w[1]),
+        );
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_storeu_ps(out.as_mut_ptr(), _mm512_permutexvar_ps(order, z));
+    }
+}
+
 // SAFETY (for every `unsafe` block below that only touches registers): a value of `Avx512`
 // exists only once the CPU was checked for AVX-512 f, bw, dq, vl and FMA.
 impl Simd for Avx512 {
@@ -262,37 +321,11 @@ impl Simd for Avx512 {
     }
     #[inline(always)]
     fn reduce_add_16(self, v: &[__m512; 16], out: &mut [f32; 16]) {
-        // SAFETY: see the impl; the store writes the 16 floats of `out`.
-        unsafe {
-            // As `reduce_add`, level by level, the lanes of two vectors to each result: lanes
-            // `l` and `l + 8` (256-bit halves), `l + 4` (128-bit blocks), `l + 2`, `l + 1`.
-            // `t[p]`: the halves of vectors `2p` (blocks 0, 1) and `2p + 1` (blocks 2, 3).
-            // (Loops, not `array::from_fn`: an outlined closure loses the target features.)
-            let mut t = [_mm512_setzero_ps(); 8];
-            for (p, t) in t.iter_mut().enumerate() {
-                let (a, b) = (v[2 * p], v[2 * p + 1]);
-                *t = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xee>(a, b));
-            }
-            // `u[q]`: block `m` holds vector `4q + m`'s four partial sums.
-            let mut u = [_mm512_setzero_ps(); 4];
-            for (q, u) in u.iter_mut().enumerate() {
-                let (a, b) = (t[2 * q], t[2 * q + 1]);
-                *u = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xdd>(a, b));
-            }
-            // `w[r]`: block `m` holds the two partial sums of vectors `8r + m`, `8r + 4 + m`.
-            let mut w = [_mm512_setzero_ps(); 2];
-            for (r, w) in w.iter_mut().enumerate() {
-                let (a, b) = (u[2 * r], u[2 * r + 1]);
-                *w = _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xee>(a, b));
-            }
-            // Lane `4m + c` holds the sum of vector `m + 4c`: put back in order.
-            let z = _mm512_add_ps(
-                _mm512_shuffle_ps::<0x88>(w[0], w[1]),
-                _mm512_shuffle_ps::<0xdd>(w[0], w[1]),
-            );
-            let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-            _mm512_storeu_ps(out.as_mut_ptr(), _mm512_permutexvar_ps(order, z));
-        }
+        reduce_16::<false>(self, v, out);
+    }
+    #[inline(always)]
+    fn reduce_max_16(self, v: &[__m512; 16], out: &mut [f32; 16]) {
+        reduce_16::<true>(self, v, out);
     }
     #[inline(always)]
     fn eq(self, a: __m512, b: __m512) -> __mmask16 {

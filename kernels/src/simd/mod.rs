@@ -206,6 +206,16 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
             *o = self.reduce_add(*v);
         }
     }
+    /// [`reduce_max`](Simd::reduce_max) of each of 16 vectors: `out[r]` is the maximum of
+    /// `v[r]`, by the same tree for every vector, so which NaN lanes are dropped depends on the
+    /// lanes' positions only, not on `r`. By default one vector at a time; the x86 ISAs run it
+    /// transposed as [`reduce_add_16`](Simd::reduce_add_16).
+    #[inline(always)]
+    fn reduce_max_16(self, v: &[Self::V; 16], out: &mut [f32; 16]) {
+        for (o, v) in out.iter_mut().zip(v) {
+            *o = self.reduce_max(*v);
+        }
+    }
     /// Hints that the cache line holding `p` will be read soon. Never faults, so `p` need not
     /// point to valid memory. The default does nothing.
     #[inline(always)]

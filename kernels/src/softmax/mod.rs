@@ -62,11 +62,14 @@
 //! memory traffic overlaps this row's arithmetic.
 //!
 //! Rows of at most 256 values go in groups of up to 16 rows (2048 values): each sweep runs
-//! over every row of the group before the next one starts. A short row's sweeps are one chain
-//! of dependent steps (the maximum's horizontal reduction feeds its exponentials, the sum's
-//! reduction and reciprocal feed its products), longer than its arithmetic; a group's rows are
-//! independent, so the core overlaps their chains. Each row still runs the single-row steps,
-//! so the bits do not depend on the grouping.
+//! over every row of the group before the next one starts, and leaves one vector per row
+//! whose lanes the group then reduces together (the maxima after sweep 1, the sums after
+//! sweep 2), several rows' lanes to each instruction. A short row's sweeps are one chain of
+//! dependent steps (the maximum's horizontal reduction feeds its exponentials, the sum's
+//! reduction and reciprocal feed its products), longer than its arithmetic: a group's rows
+//! are independent, so the core overlaps their chains, and reduced together they share the
+//! shuffles of the horizontal reductions. Every row is reduced by the same tree whatever its
+//! place in the group, so the bits do not depend on the grouping (or on threads).
 //!
 //! NaN propagation does not rely on the max: x86's `maxps` drops a NaN, but a NaN `z_j` still
 //! makes its `exp(z_j − m)` NaN, hence `d` NaN, hence the whole row NaN. The one case the sum
@@ -397,8 +400,9 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
 }
 
 /// Short rows, a group at a time: each sweep runs over every row of the group before the next
-/// sweep starts (module docs). Every row runs the single-row path's functions, so the bits do
-/// not depend on how rows fall into groups (or threads).
+/// sweep starts, and the group's maxima and sums are reduced together (module docs). Every
+/// row gets the same steps and the same reduction tree in any place of a group, so the bits
+/// do not depend on how rows fall into groups (or threads).
 ///
 /// # Safety
 /// As [`SoftmaxCall`]; `n ≤ GROUP_MAX_LEN`; `buffer` holds `SCRATCH` writable floats.
@@ -426,10 +430,18 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
                 [std::ptr::null(); 2]
             }
         };
+        let main = n - n % (4 * S::LANES);
+        // Each sweep leaves one vector per row and reduces the group's vectors together, the
+        // lanes of several rows to each instruction; a missing row's vectors (−∞, +0) are
+        // reduced and ignored.
+        let mut lanes = [s.splat(f32::NEG_INFINITY); GROUP_ROWS];
         let mut m = [0.0f32; GROUP_ROWS];
-        let mut total = [0.0f64; GROUP_ROWS];
+        let mut steps = [s.splat(0.0); GROUP_ROWS];
+        let mut tails = [s.splat(0.0); GROUP_ROWS];
+        let mut sums = [[0.0f32; GROUP_ROWS]; 2];
         // SAFETY: rows `first..first + count` lie inside the call; the f32 exponentials of
-        // row `j` of the group go to `y` itself or to `buffer[j·n..]`, within `SCRATCH`.
+        // row `j` of the group go to `y` itself or to `buffer[j·n..]`, within `SCRATCH`;
+        // `main ≤ n ≤ GROUP_MAX_LEN` is at most `CHUNK_STEPS` steps.
         unsafe {
             let exps = |j: usize| {
                 if E::IS_F32 {
@@ -438,22 +450,36 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
                     buffer.add(j * n)
                 }
             };
-            for (j, m) in m.iter_mut().enumerate().take(count) {
-                *m = row_max(s, &scores::<S, E, MASK, SCALE>(s, call, first + j), n);
+            for (j, lanes) in lanes.iter_mut().enumerate().take(count) {
+                *lanes = row_max_lanes(s, &scores::<S, E, MASK, SCALE>(s, call, first + j), n);
             }
+            s.reduce_max_16(&lanes, &mut m);
             for j in 0..count {
                 let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
                 if m[j] == f32::NEG_INFINITY {
                     masked_row(s, &z, call.dst.add((first + j) * n), n, call.masked_rows, LOG);
-                } else {
-                    total[j] = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), n, m[j], ahead(j));
+                    continue;
                 }
+                if main > 0 {
+                    steps[j] = exps_steps::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), 0..main, m[j], ahead(j));
+                }
+                if main < n {
+                    tails[j] = exps_tail::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), main, n, m[j]);
+                }
+            }
+            // (A sum of +0 terms adds +0 to the total: skipped, the same bits.)
+            if main > 0 {
+                s.reduce_add_16(&steps, &mut sums[0]);
+            }
+            if main < n {
+                s.reduce_add_16(&tails, &mut sums[1]);
             }
             for j in 0..count {
                 if m[j] != f32::NEG_INFINITY {
                     let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
                     let y = call.dst.add((first + j) * n);
-                    row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps(j), n, m[j], total[j]);
+                    let total = sums[0][j] as f64 + sums[1][j] as f64;
+                    row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps(j), n, m[j], total);
                 }
             }
         }
@@ -556,6 +582,20 @@ unsafe fn row_max<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
     z: &Scores<S, E, MASK, SCALE>,
     n: usize,
 ) -> f32 {
+    // SAFETY: forwarded.
+    s.reduce_max(unsafe { row_max_lanes(s, z, n) })
+}
+
+/// Sweep 1 of a row up to its last step: a vector whose lanes' maximum is `max z`.
+///
+/// # Safety
+/// As [`row_max`].
+#[inline(always)]
+unsafe fn row_max_lanes<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    n: usize,
+) -> S::V {
     let lanes = S::LANES;
     let main = n - n % (4 * lanes);
     let mut acc = [s.splat(f32::NEG_INFINITY); 4];
@@ -574,7 +614,7 @@ unsafe fn row_max<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
     if i < n {
         acc[1] = s.max(acc[1], unsafe { z.partial(s, i, n - i) });
     }
-    s.reduce_max(s.max(s.max(acc[0], acc[1]), s.max(acc[2], acc[3])))
+    s.max(s.max(acc[0], acc[1]), s.max(acc[2], acc[3]))
 }
 
 /// Sweep 2 of a row whose maximum `m` is finite: `e_j = exp(z_j − m)`, stored in `exps` for
@@ -593,16 +633,46 @@ unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, con
     m: f32,
     ahead: [*const u8; 2],
 ) -> f64 {
+    let main = n - n % (4 * S::LANES);
+    let chunk = CHUNK_STEPS * 4 * S::LANES;
+    let mut total = 0.0f64;
+    let mut i = 0;
+    // SAFETY: forwarded; every range lies in `0..n`. (A chunk or tail that holds no term would
+    // add +0: skipped, the same bits.)
+    unsafe {
+        while i < main {
+            let end = main.min(i + chunk);
+            total += s.reduce_add(exps_steps::<S, E, MASK, SCALE, LOG>(s, z, exps, i..end, m, ahead)) as f64;
+            i = end;
+        }
+        if main < n {
+            total += s.reduce_add(exps_tail::<S, E, MASK, SCALE, LOG>(s, z, exps, main, n, m)) as f64;
+        }
+    }
+    total
+}
+
+/// Part of sweep 2 (as [`row_exps`]) over `range`, whole steps of `4·LANES` values and at
+/// most `CHUNK_STEPS` of them: returns the vector of the four accumulators' sums (a tree).
+///
+/// # Safety
+/// As [`row_exps`]; `range` lies in `0..n` and holds a multiple of `4·LANES` values.
+#[inline(always)]
+unsafe fn exps_steps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    exps: *mut f32,
+    range: Range<usize>,
+    m: f32,
+    ahead: [*const u8; 2],
+) -> S::V {
     let keep = !LOG && !exps.is_null();
     let lanes = S::LANES;
-    let main = n - n % (4 * lanes);
     let mv = s.splat(m);
-    let mut total = 0.0f64;
     let mut acc = [s.splat(0.0); 4];
-    let mut steps = 0;
-    let mut i = 0;
+    let mut i = range.start;
     // SAFETY: as `row_max`; `exps` is written at the indices read.
-    while i < main {
+    while i < range.end {
         for p in ahead.into_iter().filter(|p| !p.is_null()) {
             // One hint per 64-byte line of the 4 vectors this step covers.
             for line in (0..4 * lanes).step_by(64 / size_of::<E>()) {
@@ -617,18 +687,30 @@ unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, con
             *a = s.add(*a, e);
         }
         i += 4 * lanes;
-        steps += 1;
-        if steps == CHUNK_STEPS {
-            total += reduce_sum(s, &mut acc);
-            steps = 0;
-        }
     }
-    // (Reductions of accumulators that hold no term would add +0: skipped, the same bits.)
-    if steps > 0 {
-        total += reduce_sum(s, &mut acc);
-    }
-    // At most three full vectors and one partial remain: one term per accumulator.
+    tree_sum(s, &acc)
+}
+
+/// The end of sweep 2 (as [`row_exps`]) from `i`, where at most three full vectors and one
+/// partial remain: one term per accumulator, summed as [`exps_steps`] sums.
+///
+/// # Safety
+/// As [`row_exps`]; `n − i < 4·LANES`.
+#[inline(always)]
+unsafe fn exps_tail<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    exps: *mut f32,
+    mut i: usize,
+    n: usize,
+    m: f32,
+) -> S::V {
+    let keep = !LOG && !exps.is_null();
+    let lanes = S::LANES;
+    let mv = s.splat(m);
+    let mut acc = [s.splat(0.0); 4];
     let mut k = 0;
+    // SAFETY: as `row_max`; `exps` is written at the indices read.
     while i + lanes <= n {
         let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i) }, mv));
         if keep {
@@ -644,12 +726,8 @@ unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, con
             unsafe { s.store_partial(exps.add(i), n - i, e) };
         }
         acc[k] = e;
-        k += 1;
     }
-    if k > 0 {
-        total += reduce_sum(s, &mut acc);
-    }
-    total
+    tree_sum(s, &acc)
 }
 
 /// Sweep 3 of a row: `y = exps/total` (recomputing the exponentials where `exps` is null), or
@@ -720,12 +798,10 @@ unsafe fn recompute<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
     }
 }
 
-/// Adds the accumulators as a balanced tree, zeroes them, and returns the sum in f64.
+/// The accumulators added as a balanced tree.
 #[inline(always)]
-fn reduce_sum<S: Simd>(s: S, acc: &mut [S::V; 4]) -> f64 {
-    let v = s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3]));
-    *acc = [s.splat(0.0); 4];
-    s.reduce_add(v) as f64
+fn tree_sum<S: Simd>(s: S, acc: &[S::V; 4]) -> S::V {
+    s.add(s.add(acc[0], acc[1]), s.add(acc[2], acc[3]))
 }
 
 /// A row whose max is −∞: every unmasked entry is −∞ or NaN. NaN entries make the row NaN;
