@@ -394,7 +394,7 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
                 continue;
             }
             let total = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps, n, m, ahead);
-            row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps, n, m, total);
+            row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps, n, m, row_factor::<LOG>(total));
         }
     }
 }
@@ -474,12 +474,17 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
             if main < n {
                 s.reduce_add_16(&tails, &mut sums[1]);
             }
+            // The rows' factors first, in a loop of independent steps (a division or a
+            // logarithm each), rather than each at the head of its row's sweep.
+            let mut factors = [0.0f32; GROUP_ROWS];
+            for (j, f) in factors.iter_mut().enumerate() {
+                *f = row_factor::<LOG>(sums[0][j] as f64 + sums[1][j] as f64);
+            }
             for j in 0..count {
                 if m[j] != f32::NEG_INFINITY {
                     let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
                     let y = call.dst.add((first + j) * n);
-                    let total = sums[0][j] as f64 + sums[1][j] as f64;
-                    row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps(j), n, m[j], total);
+                    row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps(j), n, m[j], factors[j]);
                 }
             }
         }
@@ -730,8 +735,19 @@ unsafe fn exps_tail<S: Simd, E: Element, const MASK: bool, const SCALE: bool, co
     tree_sum(s, &acc)
 }
 
-/// Sweep 3 of a row: `y = exps/total` (recomputing the exponentials where `exps` is null), or
-/// `(z − m) − ln total` for log-softmax.
+/// What sweep 3 applies for a row whose exponentials sum to `total`: `1/total` for softmax,
+/// `ln total` for log-softmax, computed in f64 and rounded once.
+#[inline(always)]
+fn row_factor<const LOG: bool>(total: f64) -> f32 {
+    if LOG {
+        total.ln() as f32
+    } else {
+        (1.0 / total) as f32
+    }
+}
+
+/// Sweep 3 of a row: `y = exps·factor` with `factor = 1/d` (recomputing the exponentials where
+/// `exps` is null), or `(z − m) − factor` with `factor = ln d` for log-softmax ([`row_factor`]).
 ///
 /// # Safety
 /// As [`row_exps`], whose `exps` and results these are; `y` covers `n` writable elements,
@@ -744,13 +760,12 @@ unsafe fn row_normalize<S: Simd, E: Element, const MASK: bool, const SCALE: bool
     exps: *mut f32,
     n: usize,
     m: f32,
-    total: f64,
+    factor: f32,
 ) {
     let lanes = S::LANES;
     let mv = s.splat(m);
     if LOG {
-        // (z − m) − ln d, with ln d from the f64 sum, rounded once.
-        let ln_d = s.splat(total.ln() as f32);
+        let ln_d = s.splat(factor);
         // SAFETY: as `row_max`; `x` was not written (log-softmax stores nothing in sweep 2).
         let mut i = 0;
         while i + lanes <= n {
@@ -761,7 +776,7 @@ unsafe fn row_normalize<S: Simd, E: Element, const MASK: bool, const SCALE: bool
             unsafe { E::store_partial(s, y.add(i), n - i, s.sub(s.sub(z.partial(s, i, n - i), mv), ln_d)) };
         }
     } else {
-        let inv = s.splat((1.0 / total) as f32);
+        let inv = s.splat(factor);
         if exps.is_null() {
             // SAFETY: as the caller's.
             unsafe { recompute(s, z, y, n, mv, inv) };
