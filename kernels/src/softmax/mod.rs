@@ -431,17 +431,20 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
             }
         };
         let main = n - n % (4 * S::LANES);
+        // The first chunk of sweep 2; rows longer than one chunk (only on ISAs of fewer than
+        // 8 lanes) add their further chunks' sums row by row, in `more`.
+        let first_chunk = main.min(chunk_len::<S>());
         // Each sweep leaves one vector per row and reduces the group's vectors together, the
         // lanes of several rows to each instruction; a missing row's vectors (−∞, +0) are
         // reduced and ignored.
         let mut lanes = [s.splat(f32::NEG_INFINITY); GROUP_ROWS];
         let mut m = [0.0f32; GROUP_ROWS];
         let mut steps = [s.splat(0.0); GROUP_ROWS];
+        let mut more = [0.0f64; GROUP_ROWS];
         let mut tails = [s.splat(0.0); GROUP_ROWS];
         let mut sums = [[0.0f32; GROUP_ROWS]; 2];
         // SAFETY: rows `first..first + count` lie inside the call; the f32 exponentials of
-        // row `j` of the group go to `y` itself or to `buffer[j·n..]`, within `SCRATCH`;
-        // `main ≤ n ≤ GROUP_MAX_LEN` is at most `CHUNK_STEPS` steps.
+        // row `j` of the group go to `y` itself or to `buffer[j·n..]`, within `SCRATCH`.
         unsafe {
             let exps = |j: usize| {
                 if E::IS_F32 {
@@ -461,7 +464,8 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
                     continue;
                 }
                 if main > 0 {
-                    steps[j] = exps_steps::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), 0..main, m[j], ahead(j));
+                    steps[j] = exps_steps::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), 0..first_chunk, m[j], ahead(j));
+                    more[j] = exps_chunks::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), first_chunk..main, m[j], ahead(j));
                 }
                 if main < n {
                     tails[j] = exps_tail::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), main, n, m[j]);
@@ -475,10 +479,11 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
                 s.reduce_add_16(&tails, &mut sums[1]);
             }
             // The rows' factors first, in a loop of independent steps (a division or a
-            // logarithm each), rather than each at the head of its row's sweep.
+            // logarithm each), rather than each at the head of its row's sweep. (Those of
+            // missing and masked rows are unused.)
             let mut factors = [0.0f32; GROUP_ROWS];
             for (j, f) in factors.iter_mut().enumerate() {
-                *f = row_factor::<LOG>(sums[0][j] as f64 + sums[1][j] as f64);
+                *f = row_factor::<LOG>(sums[0][j] as f64 + more[j] + sums[1][j] as f64);
             }
             for j in 0..count {
                 if m[j] != f32::NEG_INFINITY {
@@ -576,6 +581,12 @@ const PREFETCH_MIN_LEN: usize = 512;
 /// error of the sum by `(8 − 1) + 2 + log₂ LANES` roundings, whatever `n` is.
 const CHUNK_STEPS: usize = 8;
 
+/// The values of one chunk: `CHUNK_STEPS` steps of four vectors.
+#[inline(always)]
+fn chunk_len<S: Simd>() -> usize {
+    CHUNK_STEPS * 4 * S::LANES
+}
+
 /// Sweep 1 of a row: `m = max z`. (The partial and single vectors go to separate
 /// accumulators.)
 ///
@@ -639,20 +650,39 @@ unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, con
     ahead: [*const u8; 2],
 ) -> f64 {
     let main = n - n % (4 * S::LANES);
-    let chunk = CHUNK_STEPS * 4 * S::LANES;
-    let mut total = 0.0f64;
-    let mut i = 0;
-    // SAFETY: forwarded; every range lies in `0..n`. (A chunk or tail that holds no term would
-    // add +0: skipped, the same bits.)
+    // SAFETY: forwarded; both ranges lie in `0..n`. (A tail that holds no term would add +0:
+    // skipped, the same bits.)
     unsafe {
-        while i < main {
-            let end = main.min(i + chunk);
-            total += s.reduce_add(exps_steps::<S, E, MASK, SCALE, LOG>(s, z, exps, i..end, m, ahead)) as f64;
-            i = end;
-        }
+        let mut total = exps_chunks::<S, E, MASK, SCALE, LOG>(s, z, exps, 0..main, m, ahead);
         if main < n {
             total += s.reduce_add(exps_tail::<S, E, MASK, SCALE, LOG>(s, z, exps, main, n, m)) as f64;
         }
+        total
+    }
+}
+
+/// Sweep 2 (as [`row_exps`]) over `range`, whole steps of `4·LANES` values, in chunks of at
+/// most `CHUNK_STEPS` steps: returns the sum of the chunks' sums, in f64 (+0 if `range` is
+/// empty).
+///
+/// # Safety
+/// As [`row_exps`]; `range` lies in `0..n` and holds a multiple of `4·LANES` values.
+#[inline(always)]
+unsafe fn exps_chunks<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    z: &Scores<S, E, MASK, SCALE>,
+    exps: *mut f32,
+    range: Range<usize>,
+    m: f32,
+    ahead: [*const u8; 2],
+) -> f64 {
+    let mut total = 0.0f64;
+    let mut i = range.start;
+    while i < range.end {
+        let end = range.end.min(i + chunk_len::<S>());
+        // SAFETY: forwarded; `i..end` lies in `range`.
+        total += s.reduce_add(unsafe { exps_steps::<S, E, MASK, SCALE, LOG>(s, z, exps, i..end, m, ahead) }) as f64;
+        i = end;
     }
     total
 }
