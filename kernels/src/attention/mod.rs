@@ -98,7 +98,10 @@
 //! The RealFormer form without a mask reads `P` and writes `S` for whole tiles without
 //! per-vector tests, and loads every row's `P` before it stores any row's `S`: two large
 //! allocations often lie at the same offset modulo 4 KiB, and a load behind a store to such an
-//! address waits for it.
+//! address waits for it. Buffers `P` and `S` that start a cache line keep every vector access
+//! inside one line; buffers 16 bytes past one (a large `Vec<f32>` from the system allocator)
+//! split half (AVX2) or all (AVX-512) of those accesses across two. `S` is stored through the
+//! caches even beyond the last-level cache: streaming stores measured slower there.
 //!
 //! Split over threads ([`Kernels::with_parallelism`]), the units of work are `(b, kv head)`
 //! pairs, and, where those are fewer than the threads, chunks of each head's query rows, a
