@@ -101,7 +101,8 @@
 //! address waits for it. Buffers `P` and `S` that start a cache line keep every vector access
 //! inside one line; buffers 16 bytes past one (a large `Vec<f32>` from the system allocator)
 //! split half (AVX2) or all (AVX-512) of those accesses across two. `S` is stored through the
-//! caches even beyond the last-level cache: streaming stores measured slower there.
+//! caches even beyond the last-level cache: streaming stores measured slower there (AVX2, on a
+//! Zen 3; not measured on AVX-512).
 //!
 //! Split over threads ([`Kernels::with_parallelism`]), the units of work are `(b, kv head)`
 //! pairs, and, where those are fewer than the threads, chunks of each head's query rows, a
