@@ -69,45 +69,32 @@
 //! # Algorithm
 //!
 //! FlashAttention-style, one pass over the keys per block of `MR` query rows. Per `(b, kv
-//! head)`, K is packed into key tiles `[d][key]` (through in-register transposes: packing one
-//! float at a time became scatters) and V into rows padded to whole vectors (zeros past
-//! `key_lengths[b]`). Per block and step of 64 keys, a register-blocked micro-kernel computes
-//! the `MR × NR` score tiles (`NR` = 64 on AVX-512, 16 on AVX2 and NEON, 4 in scalar code);
-//! scale, `P`, `ℓ`, mask, padding and causality are applied in registers and the scores
-//! written from there; the online softmax turns them into `exp(z − m)`, and a second
-//! micro-kernel accumulates `p·V` into the block's output rows, rescaled by `exp(m_old −
-//! m_new)` only when some row's max moved (a vector compare; rare after the first tiles).
-//! Steps of 64 keys on every ISA make the rescaling and the output rows' loads and stores come
-//! once per 64 keys. Nothing of size `Lq × Lk` touches memory unless `P` or the scores are
-//! asked for; key tiles no row of a block sees (padding, causality) are skipped, not masked.
-//! Heads of 32 use only the vectors they need: `V` rows are padded to whole vectors, and a
-//! `p·V` tile narrower than the register tile runs a narrower micro-kernel. Measured figures,
-//! against the same-run FMA peak and the unfused composition, are in `benches/records/`.
+//! head)`, K is packed into key tiles `[d][key]` (through in-register transposes) and V into
+//! rows padded to whole vectors (zeros past `key_lengths[b]`). Per block and step of 64 keys,
+//! a register-blocked micro-kernel computes the `MR × NR` score tiles (`NR` = 64 on AVX-512,
+//! 16 on AVX2 and NEON, 4 in scalar code); scale, `P`, `ℓ`, mask, padding and causality are
+//! applied in registers and the scores written from there; the online softmax turns them into
+//! `exp(z − m)`, and a second micro-kernel accumulates `p·V` into the block's output rows,
+//! rescaled only when some row's max moved. Steps of 64 keys on every ISA make that rescaling
+//! and the output rows' loads and stores come once per 64 keys. Nothing of size `Lq × Lk`
+//! touches memory unless `P` or the scores are asked for; key tiles no row of a block sees
+//! (padding, causality) are skipped, not masked. Heads of 32 run a narrower `p·V`
+//! micro-kernel rather than multiply zeros of V padded to the register tile.
 //!
-//! The walk follows the caches of one core ([`Kernels::attention_plan`]). Where a step of 64
-//! keys' packed K and V fits two thirds of the level-1 cache (heads of 64 on a 48 KiB L1,
-//! heads of 32 on 32 KiB), the keys go in blocks that fill it, each swept by 48 query rows (8
-//! or 12 blocks of rows, each with its softmax state kept between key blocks) before the next:
-//! a block is read from L1 by those rows rather than from L2 by each `MR`, which matters where
-//! the FMA rate asks many bytes a cycle (AVX-512). Elsewhere, where one head's packed K and V
-//! fit half the level-2 cache, each block of rows sweeps them all from there; beyond, key
-//! blocks fill that half, so that what comes from the last-level cache is read once per 48
-//! rows instead of once per `MR`. A row sees the same steps of 64 keys in the same order
-//! either way, so the plan changes no bit.
+//! The walk follows the caches of one core ([`AttentionPlan`], [`Kernels::attention_plan`]):
+//! where one head's packed K and V would not stay in cache across the blocks of rows, the keys
+//! go in blocks that do, each swept by 48 query rows before the next, so that what comes from
+//! the next level is read once per 48 rows rather than once per `MR`. Every plan gives a row
+//! the same steps in the same order, so the plan changes no bit. Split over threads
+//! ([`Kernels::with_parallelism`]), the units are `(b, kv head)` pairs, or chunks of 48 query
+//! rows where those are fewer than the threads (whole blocks of every ISA's `MR`, so each row
+//! is computed as on one thread), each part with its own packed K and V.
 //!
-//! The RealFormer form without a mask reads `P` and writes `S` for whole tiles without
-//! per-vector tests, and loads every row's `P` before it stores any row's `S`: two large
-//! allocations often lie at the same offset modulo 4 KiB, and a load behind a store to such an
-//! address waits for it. Buffers `P` and `S` that start a cache line keep every vector access
-//! inside one line; buffers 16 bytes past one (a large `Vec<f32>` from the system allocator)
-//! split half (AVX2) or all (AVX-512) of those accesses across two. `S` is stored through the
-//! caches even beyond the last-level cache: streaming stores measured slower there (AVX2, on a
-//! Zen 3; not measured on AVX-512).
-//!
-//! Split over threads ([`Kernels::with_parallelism`]), the units of work are `(b, kv head)`
-//! pairs, and, where those are fewer than the threads, chunks of each head's query rows, a
-//! multiple of 48 rows (whole blocks of every ISA's `MR`, so every row is computed as on one
-//! thread); each part packs the K and V of its heads in a workspace slot of its own.
+//! For the RealFormer form, give `P` and the scores buffers that start a cache line: a buffer
+//! 16 bytes past one (a large `Vec<f32>` from the system allocator) splits half (AVX2) or all
+//! (AVX-512) of their vector accesses across two lines. `S` is stored through the caches even
+//! beyond the last-level cache: streaming stores measured slower there (AVX2, on a Zen 3; not
+//! measured on AVX-512).
 
 mod flash;
 mod options;
