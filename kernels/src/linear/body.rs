@@ -219,13 +219,24 @@ const CHUNK: usize = 256;
 /// block would otherwise spend a third of its multiply-adds on repeated rows.
 const SHORT_ROWS: usize = 4;
 
+/// Words (4 bytes) of a 64-byte cache line: one prefetch per line of a panel row.
+const LINE_WORDS: usize = 16;
+
 /// `acc[r] += Σ_{kk < k} a[r][kk]·B[kk]` over `k` rows of a packed panel, for the first
 /// `rows` rows of the tile: on the tile's `MR` rows, or on its first [`SHORT_ROWS`] where
 /// `rows` fits them (the other rows of `acc` are left as they are). Either way each row's
 /// sums are the same operations in the same order.
 ///
+/// Unless `next` is null, step `kk` also prefetches row `kk` of the panel at `next` into L2.
+/// The first block of rows of a panel is the one that reads it from beyond the caches; where
+/// the weights stream from memory (small `M`, a model larger than the LLC), fetching the next
+/// panel meanwhile keeps the memory busy while the other blocks compute from L1 and L2. A
+/// prefetch never faults, so `next` needs no bounds; the caller passes null rather than the
+/// current panel, whose rows are already cached (prefetching them measured slower).
+///
 /// # Safety
 /// Each `a[r]` holds `k` floats; `bp` holds `k` rows of `words` words; `1 ≤ rows ≤ MR`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn accumulate<S: Simd, P: PanelRow, const MR: usize, const NV: usize>(
     s: S,
@@ -234,13 +245,14 @@ unsafe fn accumulate<S: Simd, P: PanelRow, const MR: usize, const NV: usize>(
     k: usize,
     words: usize,
     rows: usize,
+    next: *const u32,
     acc: &mut [[S::V; NV]; MR],
 ) {
     // SAFETY (both): forwarded.
     if MR > SHORT_ROWS && rows <= SHORT_ROWS {
-        unsafe { accumulate_first::<S, P, SHORT_ROWS, MR, NV>(s, a, bp, k, words, acc) }
+        unsafe { accumulate_first::<S, P, SHORT_ROWS, MR, NV>(s, a, bp, k, words, next, acc) }
     } else {
-        unsafe { accumulate_first::<S, P, MR, MR, NV>(s, a, bp, k, words, acc) }
+        unsafe { accumulate_first::<S, P, MR, MR, NV>(s, a, bp, k, words, next, acc) }
     }
 }
 
@@ -255,10 +267,16 @@ unsafe fn accumulate_first<S: Simd, P: PanelRow, const R: usize, const MR: usize
     bp: *const u32,
     k: usize,
     words: usize,
+    next: *const u32,
     acc: &mut [[S::V; NV]; MR],
 ) {
     const { assert!(R <= MR) };
     for kk in 0..k {
+        if !next.is_null() {
+            for line in (0..words).step_by(LINE_WORDS) {
+                s.prefetch_l2(next.wrapping_add(kk * words + line).cast());
+            }
+        }
         // SAFETY: row `kk < k` of the panel and element `kk` of each row of `a`.
         unsafe {
             let b = P::load::<S, NV>(s, bp.add(kk * words));
@@ -292,6 +310,12 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
         let cols = nr.min(c.col1 - col0);
         // SAFETY: panel `p` holds `k` rows of `words` words.
         let bp = unsafe { c.panels.add(p * k * words) };
+        // The first block of rows prefetches the next panel (see `accumulate`).
+        let next_panel = if (p + 1) * nr < c.col1 {
+            bp.wrapping_add(k * words)
+        } else {
+            std::ptr::null()
+        };
         let mut bias = [zero; NV];
         if !c.bias.is_null() {
             for (v, b) in bias.iter_mut().enumerate().take(cols.div_ceil(lanes)) {
@@ -312,7 +336,8 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                     *a = unsafe { c.x.add((i0 + r.min(rows - 1)) * k).cast::<f32>() };
                 }
                 // SAFETY: the rows hold `k` floats, the panel `k` rows.
-                unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, rows, &mut acc) };
+                let next = if i0 == 0 { next_panel } else { std::ptr::null() };
+                unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, rows, next, &mut acc) };
             } else {
                 let mut k0 = 0;
                 while k0 < k {
@@ -335,7 +360,12 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                         }
                     }
                     // SAFETY: the buffer's rows hold `len` floats, the panel rows `k0..k0 + len`.
-                    unsafe { accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, rows, &mut acc) };
+                    let next = if i0 == 0 && !next_panel.is_null() {
+                        next_panel.wrapping_add(k0 * words)
+                    } else {
+                        std::ptr::null()
+                    };
+                    unsafe { accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, rows, next, &mut acc) };
                     k0 += len;
                 }
             }
