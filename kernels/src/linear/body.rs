@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::options::{Activation, LinearWeights, WeightLayout, WeightType};
-use crate::aligned::AlignedBuf;
+use crate::aligned::{AlignedBuf, LINE_WORDS};
 use crate::dispatch::Op;
 use crate::element::Element;
 use crate::gemm::{assert_tile_fits, store_n, MAX_MR, MAX_NR};
@@ -219,9 +219,6 @@ const CHUNK: usize = 256;
 /// block would otherwise spend a third of its multiply-adds on repeated rows.
 const SHORT_ROWS: usize = 4;
 
-/// Words (4 bytes) of a 64-byte cache line: one prefetch per line of a panel row.
-const LINE_WORDS: usize = 16;
-
 /// `acc[r] += Σ_{kk < k} a[r][kk]·B[kk]` over `k` rows of a packed panel, for the first
 /// `rows` rows of the tile: on the tile's `MR` rows, or on its first [`SHORT_ROWS`] where
 /// `rows` fits them (the other rows of `acc` are left as they are). Either way each row's
@@ -328,6 +325,7 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
         while i0 < m {
             let rows = MR.min(m - i0);
             let mut acc = [[zero; NV]; MR];
+            let next = if i0 == 0 { next_panel } else { std::ptr::null() };
             if E::IS_F32 {
                 // Rows past the end repeat the last row: computed, never stored.
                 let mut a = [std::ptr::null::<f32>(); MR];
@@ -336,7 +334,6 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                     *a = unsafe { c.x.add((i0 + r.min(rows - 1)) * k).cast::<f32>() };
                 }
                 // SAFETY: the rows hold `k` floats, the panel `k` rows.
-                let next = if i0 == 0 { next_panel } else { std::ptr::null() };
                 unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, rows, next, &mut acc) };
             } else {
                 let mut k0 = 0;
@@ -359,12 +356,12 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                             a[r] = wide.as_ptr().add(r.min(rows - 1) * CHUNK);
                         }
                     }
-                    // SAFETY: the buffer's rows hold `len` floats, the panel rows `k0..k0 + len`.
-                    let next = if i0 == 0 && !next_panel.is_null() {
-                        next_panel.wrapping_add(k0 * words)
+                    let next = if next.is_null() {
+                        next
                     } else {
-                        std::ptr::null()
+                        next.wrapping_add(k0 * words)
                     };
+                    // SAFETY: the buffer's rows hold `len` floats, the panel rows `k0..k0 + len`.
                     unsafe { accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, rows, next, &mut acc) };
                     k0 += len;
                 }
