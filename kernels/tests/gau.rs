@@ -892,7 +892,7 @@ fn softmax_plus_with_a_zero_length_factor() {
     }
 }
 
-/// Random weights in the layouts of the public implementations (see the module docs' table).
+/// Random weights in the layouts of the public implementations (see the table in `GauOptions`' docs).
 struct Public {
     batch: usize,
     t: usize,

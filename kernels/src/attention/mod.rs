@@ -81,20 +81,11 @@
 //! (padding, causality) are skipped, not masked. Heads of 32 run a narrower `p·V`
 //! micro-kernel rather than multiply zeros of V padded to the register tile.
 //!
-//! The walk follows the caches of one core ([`AttentionPlan`], [`Kernels::attention_plan`]):
-//! where one head's packed K and V would not stay in cache across the blocks of rows, the keys
-//! go in blocks that do, each swept by 48 query rows before the next, so that what comes from
-//! the next level is read once per 48 rows rather than once per `MR`. Every plan gives a row
-//! the same steps in the same order, so the plan changes no bit. Split over threads
-//! ([`Kernels::with_parallelism`]), the units are `(b, kv head)` pairs, or chunks of 48 query
-//! rows where those are fewer than the threads (whole blocks of every ISA's `MR`, so each row
-//! is computed as on one thread), each part with its own packed K and V.
-//!
-//! For the RealFormer form, give `P` and the scores buffers that start a cache line: a buffer
-//! 16 bytes past one (a large `Vec<f32>` from the system allocator) splits half (AVX2) or all
-//! (AVX-512) of their vector accesses across two lines. `S` is stored through the caches even
-//! beyond the last-level cache: streaming stores measured slower there (AVX2, on a Zen 3; not
-//! measured on AVX-512).
+//! The walk follows the caches of one core ([`AttentionPlan`]): where one head's packed K and V
+//! would not stay in cache, the keys go in blocks that do, each swept by 48 query rows before
+//! the next. Over threads ([`Kernels::with_parallelism`]) the units are `(b, kv head)` pairs,
+//! or chunks of 48 query rows where those are fewer than the threads. Neither a plan nor a
+//! split changes a bit: every row takes the same steps in the same order.
 
 mod flash;
 mod options;

@@ -113,6 +113,29 @@ pub struct GauWeights<'a> {
 }
 
 /// Options of [`gau`](crate::gau()); `Default` gives the paper's GAU.
+///
+/// # The public implementations
+///
+/// Each maps onto one call; `tests/gau.rs` builds each from its own formulas and weight layout
+/// in f64 and checks the call against it.
+///
+/// | implementation | `W_in [d, 2e+s]` columns | attention | `c`, `l` | RoPE | bias |
+/// |---|---|---|---|---|---|
+/// | the paper's equations | `[U \| V \| Z]` | `Relu2` | `1/√s`, `T` (the defaults) | as its positions need | `B` |
+/// | lucidrains `GAU` | `to_hidden` is `[V \| U]`: its second half, its first, then `to_qk`, each `nn.Linear` weight transposed | `Relu2` or `Laplace` | `1/T`, `Value(1)` | none | `rel_pos/T` (added before the `/T`) |
+/// | lucidrains `FLASH` positions | | | | `INTERLEAVED.with_width(32)` | |
+/// | bert4keras `GatedAttentionUnit` | `i_dense` as is: `[U \| V \| Z]` | `Relu2`; `SoftmaxPlus`; `Softmax` | `1/√s`, `ValidKeys` | `INTERLEAVED` | `a_bias` as is |
+/// | GAU-α | as bert4keras, no biases, `β = 0` | `SoftmaxPlus { min_len: 1 }` | `1/√s` | `INTERLEAVED` | — |
+///
+/// - bert4keras counts `l` and softmax-plus's `n` over the key padding mask only, and masks
+///   with finite `−10¹²` biases: key lengths and a finite bias reproduce it, where a −∞ bias
+///   would also shrink the counts. Its softmax-plus has no clamp up to 0.11.4 (`min_len = 1`,
+///   what GAU-α was released with, which asks for ≥ 0.11.2) and clamps at 16 from 0.11.5.
+/// - lucidrains zeroes masked positions after `relu²`/Laplace (`l = 1`, nothing counted): a
+///   `[B, T]` bias of 0 and −∞ is its boolean key mask.
+/// - The norms around the unit are separate calls: lucidrains' pre-norm is `nn.LayerNorm`
+///   (ε = 10⁻⁵) or `ScaleNorm` (ε = 10⁻⁵ on the clamped norm); GAU-α's post-norm is an RMS
+///   norm without gain, ε = Keras's `epsilon()` (10⁻⁷ by default).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct GauOptions<'a> {
     /// `c`.
