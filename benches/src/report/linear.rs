@@ -24,7 +24,8 @@
 //! `weight_bytes` in all (half read, half written: the working set of the weights, the
 //! report's convention for copies); its bandwidth is the limit of streaming the weights from
 //! the level of the memory they sit in (L3 here, across repeated calls, as in an engine that
-//! runs the layer again). `linear_gemm` rows give the composition's own throughput.
+//! runs the layer again; [`linear_streamed`](super::linear_streamed) gives the rows whose
+//! weights come from memory). `linear_gemm` rows give the composition's own throughput.
 //!
 //! Errors: `Y` is checked with `reference::fraction::linear` (the fraction of the documented
 //! bound, against the product with the weights the kernel multiplies by: their bf16 rounding
@@ -101,32 +102,60 @@ pub fn shape_name(m: usize, (k, n, gelu): Layer, ty: WeightType) -> String {
     s
 }
 
-/// A printed shape read back: `(M, layer, bf16 weights)`.
-pub fn parse_shape(shape: &str) -> Option<(usize, Layer, bool)> {
+/// [`shape_name`] then ` streamed`: the shape of a row whose weights come from memory
+/// ([`linear_streamed`](super::linear_streamed)).
+pub fn streamed_name(m: usize, layer: Layer, ty: WeightType) -> String {
+    shape_name(m, layer, ty) + " streamed"
+}
+
+/// A printed shape read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Rows of `X`.
+    pub m: usize,
+    /// The layer.
+    pub layer: Layer,
+    /// bf16 weights.
+    pub bf16: bool,
+    /// Weights streamed from memory.
+    pub streamed: bool,
+}
+
+/// A printed shape ([`shape_name`], [`streamed_name`]) read back.
+pub fn parse_shape(shape: &str) -> Option<Shape> {
     let mut words = shape.split(' ');
     let (m, rest) = words.next()?.split_once('x')?;
     let (k, n) = rest.split_once('→')?;
-    let (mut gelu, mut bf16) = (false, false);
+    let (mut gelu, mut bf16, mut streamed) = (false, false, false);
     for w in words {
         match w {
             "gelu" => gelu = true,
             "bf16w" => bf16 = true,
+            "streamed" => streamed = true,
             _ => return None,
         }
     }
-    Some((m.parse().ok()?, (k.parse().ok()?, n.parse().ok()?, gelu), bf16))
+    Some(Shape {
+        m: m.parse().ok()?,
+        layer: (k.parse().ok()?, n.parse().ok()?, gelu),
+        bf16,
+        streamed,
+    })
 }
 
 fn custom(plan: &Plan) -> Vec<Custom> {
     let full: Vec<(usize, Layer)> = ROWS.iter().flat_map(|&m| LAYERS.iter().map(move |&l| (m, l))).collect();
-    plan.pick(&full, &DEFAULT, &QUICK)
+    let mut cases: Vec<Custom> = plan
+        .pick(&full, &DEFAULT, &QUICK)
         .iter()
         .map(|&(m, layer)| Custom {
             kernel: "linear",
             shape: shape_name(m, layer, WeightType::F32),
             measure: Box::new(move |ctx| measure(m, layer, ctx)),
         })
-        .collect()
+        .collect();
+    cases.extend(super::linear_streamed::custom(plan));
+    cases
 }
 
 /// FLOPs of a call: `2·M·K·N`.
@@ -246,7 +275,7 @@ enum Contender {
     Copy(usize, WeightType),
 }
 
-const TYPES: [WeightType; 2] = [WeightType::F32, WeightType::Bf16];
+pub const TYPES: [WeightType; 2] = [WeightType::F32, WeightType::Bf16];
 
 fn measure(m: usize, layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     let (k, n, gelu) = layer;
@@ -505,7 +534,7 @@ fn measure(m: usize, layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportErro
 }
 
 /// The activation of a layer, for the oracle.
-fn oracle_activation(gelu: bool) -> reference::Activation {
+pub fn oracle_activation(gelu: bool) -> reference::Activation {
     if gelu {
         reference::Activation::Gelu
     } else {
@@ -522,7 +551,19 @@ mod tests {
         for &(m, layer) in &DEFAULT {
             for ty in TYPES {
                 let s = shape_name(m, layer, ty);
-                assert_eq!(parse_shape(&s), Some((m, layer, ty == WeightType::Bf16)), "{s}");
+                let bf16 = ty == WeightType::Bf16;
+                let shape = Shape {
+                    m,
+                    layer,
+                    bf16,
+                    streamed: false,
+                };
+                assert_eq!(parse_shape(&s), Some(shape), "{s}");
+                let streamed = Shape {
+                    streamed: true,
+                    ..shape
+                };
+                assert_eq!(parse_shape(&streamed_name(m, layer, ty)), Some(streamed));
             }
         }
         assert_eq!(shape_name(128, LAYERS[2], WeightType::F32), "128x384→1536 gelu");

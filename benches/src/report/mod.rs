@@ -27,6 +27,7 @@ pub mod gelu;
 pub mod half;
 mod html;
 pub mod linear;
+pub mod linear_streamed;
 mod machine;
 pub mod norm;
 mod output;
@@ -636,7 +637,8 @@ legend:
               and for norms), the bare vectorized exp of the ISA (softmax-like rows in cache), the FMA peak
               (attention, GAU, linear); xroof = roofline time / kernel time (1.0 = at the roofline).
   linear      shape MxK→N: M rows through a K→N layer with bias, `gelu` where it has one, `bf16w` with
-              bf16 weights; weights packed once.
+              bf16 weights; weights packed once; `streamed`: each call's weights come from memory (a cycle
+              of copies twice the LLC), as a small batch through a model larger than the LLC.
   encoder     shape BxL: a 6-layer Post-LN encoder of all-MiniLM-L6-v2's sizes with random weights over B
               sequences of L tokens; xunfused against the same model from the gemm crate and separate bias,
               GELU, add and layer-norm passes (encoder_gemm rows).

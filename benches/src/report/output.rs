@@ -265,7 +265,7 @@ const COLUMNS: [(&str, usize, bool); 15] = [
     ("kernel", 12, false),
     ("isa", 6, false),
     ("type", 4, false),
-    ("shape", 24, false),
+    ("shape", 31, false),
     ("GB/s", 6, true),
     ("Gelem/s", 7, true),
     ("GFLOP/s", 7, true),

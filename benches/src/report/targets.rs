@@ -265,9 +265,16 @@ fn encoder_one_by_128(r: &Row) -> bool {
 }
 
 /// A linear row's `(M, GELU, bf16 weights)`.
+/// `(M, gelu, bf16 weights)` of a linear row whose weights stay in cache.
 fn linear_shape(r: &Row) -> Option<(usize, bool, bool)> {
-    let (m, (_, _, gelu), bf16) = linear::parse_shape(&r.shape)?;
-    Some((m, gelu, bf16))
+    let s = linear::parse_shape(&r.shape).filter(|s| !s.streamed)?;
+    Some((s.m, s.layer.2, s.bf16))
+}
+
+/// bf16 weights, of a linear row whose weights stream from memory.
+fn linear_streamed(r: &Row) -> Option<bool> {
+    let s = linear::parse_shape(&r.shape).filter(|s| s.streamed)?;
+    Some(s.bf16)
 }
 
 fn linear_large(r: &Row) -> bool {
@@ -288,6 +295,18 @@ fn linear_small_f32_weights(r: &Row) -> bool {
 
 fn linear_small_bf16_weights(r: &Row) -> bool {
     f32_rows(r) && linear_shape(r).is_some_and(|(m, _, bf16)| m == 16 && bf16)
+}
+
+fn linear_streamed_rows(r: &Row) -> bool {
+    f32_rows(r) && linear_streamed(r).is_some()
+}
+
+fn linear_streamed_f32_weights(r: &Row) -> bool {
+    f32_rows(r) && linear_streamed(r) == Some(false)
+}
+
+fn linear_streamed_bf16_weights(r: &Row) -> bool {
+    f32_rows(r) && linear_streamed(r) == Some(true)
 }
 
 fn vs_copy(r: &Row, _: &[Row]) -> Option<f64> {
@@ -755,6 +774,40 @@ pub const TARGETS: &[Target] = &[
         value: weights_roofline,
         goal: Goal::None,
         unit: Unit::Fraction,
+    },
+    // The same at M = 16 with every call's weights read from memory (a model larger than the
+    // LLC), against a copy of as many bytes from memory.
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "weight bytes per second ÷ the same-run copy bandwidth of that many bytes from memory, M = 16, \
+                   f32 weights streamed from beyond the LLC",
+        label: "w mem",
+        rows: linear_streamed_f32_weights,
+        value: vs_copy,
+        goal: Goal::AtLeast(0.7),
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "fraction of the same-run roofline, M = 16, weights streamed: the slower of the weights' copy \
+                   from memory and the FMAs at peak ÷ the kernel's time",
+        label: "mem roof",
+        rows: linear_streamed_rows,
+        value: weights_roofline,
+        goal: Goal::None,
+        unit: Unit::Fraction,
+    },
+    Target {
+        kernels: &["linear"],
+        isas: Isas::All,
+        measures: "bf16-weight speed-up over f32 weights, M = 16, weights streamed",
+        label: "bf16w mem",
+        rows: linear_streamed_bf16_weights,
+        value: vs_f32_weights,
+        goal: Goal::None,
+        unit: Unit::Times,
     },
     Target {
         kernels: &["linear"],
