@@ -219,17 +219,24 @@ const CHUNK: usize = 256;
 /// block would otherwise spend a third of its multiply-adds on repeated rows.
 const SHORT_ROWS: usize = 4;
 
+/// The first blocks of rows of a panel, at most this many, share the prefetch of the next
+/// panel, a part each (see [`accumulate`]): at M = 16 that is every block, and at large `M`
+/// the next panel arrives long before it is needed.
+const SPREAD: usize = 4;
+
 /// `acc[r] += Σ_{kk < k} a[r][kk]·B[kk]` over `k` rows of a packed panel, for the first
 /// `rows` rows of the tile: on the tile's `MR` rows, or on its first [`SHORT_ROWS`] where
 /// `rows` fits them (the other rows of `acc` are left as they are). Either way each row's
 /// sums are the same operations in the same order.
 ///
-/// Unless `next` is null, step `kk` also prefetches row `kk` of the panel at `next` into L2.
-/// The first block of rows of a panel is the one that reads it from beyond the caches; where
-/// the weights stream from memory (small `M`, a model larger than the LLC), fetching the next
-/// panel meanwhile keeps the memory busy while the other blocks compute from L1 and L2. A
-/// prefetch never faults, so `next` needs no bounds; the caller passes null rather than the
-/// current panel, whose rows are already cached (prefetching them measured slower).
+/// Unless `next` is null, step `kk` also prefetches the `step` words at `next + kk·step` into
+/// L2. Where the weights stream from memory (small `M`, a model larger than the LLC), the first
+/// [`SPREAD`] blocks of rows of a panel each fetch their part of the next panel that way (`step
+/// ≥ words / blocks`), so that its transfer overlaps the compute of the whole panel (fetched by
+/// the first block alone, at M = 16, it would be asked for in a third of that time, faster than
+/// the memory delivers it). A prefetch never faults, so `next` needs no bounds (a part may run
+/// past the next panel); the caller passes null rather than the current panel, whose rows are
+/// already cached (prefetching them measured slower).
 ///
 /// # Safety
 /// Each `a[r]` holds `k` floats; `bp` holds `k` rows of `words` words; `1 ≤ rows ≤ MR`.
@@ -243,13 +250,14 @@ unsafe fn accumulate<S: Simd, P: PanelRow, const MR: usize, const NV: usize>(
     words: usize,
     rows: usize,
     next: *const u32,
+    step: usize,
     acc: &mut [[S::V; NV]; MR],
 ) {
     // SAFETY (both): forwarded.
     if MR > SHORT_ROWS && rows <= SHORT_ROWS {
-        unsafe { accumulate_first::<S, P, SHORT_ROWS, MR, NV>(s, a, bp, k, words, next, acc) }
+        unsafe { accumulate_first::<S, P, SHORT_ROWS, MR, NV>(s, a, bp, k, words, next, step, acc) }
     } else {
-        unsafe { accumulate_first::<S, P, MR, MR, NV>(s, a, bp, k, words, next, acc) }
+        unsafe { accumulate_first::<S, P, MR, MR, NV>(s, a, bp, k, words, next, step, acc) }
     }
 }
 
@@ -257,6 +265,7 @@ unsafe fn accumulate<S: Simd, P: PanelRow, const MR: usize, const NV: usize>(
 ///
 /// # Safety
 /// As [`accumulate`].
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn accumulate_first<S: Simd, P: PanelRow, const R: usize, const MR: usize, const NV: usize>(
     s: S,
@@ -265,13 +274,14 @@ unsafe fn accumulate_first<S: Simd, P: PanelRow, const R: usize, const MR: usize
     k: usize,
     words: usize,
     next: *const u32,
+    step: usize,
     acc: &mut [[S::V; NV]; MR],
 ) {
     const { assert!(R <= MR) };
     for kk in 0..k {
         if !next.is_null() {
-            for line in (0..words).step_by(LINE_WORDS) {
-                s.prefetch_l2(next.wrapping_add(kk * words + line).cast());
+            for line in (0..step).step_by(LINE_WORDS) {
+                s.prefetch_l2(next.wrapping_add(kk * step + line).cast());
             }
         }
         // SAFETY: row `kk < k` of the panel and element `kk` of each row of `a`.
@@ -307,7 +317,7 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
         let cols = nr.min(c.col1 - col0);
         // SAFETY: panel `p` holds `k` rows of `words` words.
         let bp = unsafe { c.panels.add(p * k * words) };
-        // The first block of rows prefetches the next panel (see `accumulate`).
+        // The first blocks of rows prefetch the next panel (see `accumulate`).
         let next_panel = if (p + 1) * nr < c.col1 {
             bp.wrapping_add(k * words)
         } else {
@@ -321,11 +331,18 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                 *b = unsafe { load::<S, f32>(s, c.bias.add(col0 + v * lanes), count) };
             }
         }
+        let blocks = m.div_ceil(MR).min(SPREAD);
+        let step = words.div_ceil(blocks);
         let mut i0 = 0;
         while i0 < m {
             let rows = MR.min(m - i0);
             let mut acc = [[zero; NV]; MR];
-            let next = if i0 == 0 { next_panel } else { std::ptr::null() };
+            let block = i0 / MR;
+            let next = if block < blocks && !next_panel.is_null() {
+                next_panel.wrapping_add(block * k * step)
+            } else {
+                std::ptr::null()
+            };
             if E::IS_F32 {
                 // Rows past the end repeat the last row: computed, never stored.
                 let mut a = [std::ptr::null::<f32>(); MR];
@@ -334,7 +351,7 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                     *a = unsafe { c.x.add((i0 + r.min(rows - 1)) * k).cast::<f32>() };
                 }
                 // SAFETY: the rows hold `k` floats, the panel `k` rows.
-                unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, rows, next, &mut acc) };
+                unsafe { accumulate::<S, P, MR, NV>(s, &a, bp, k, words, rows, next, step, &mut acc) };
             } else {
                 let mut k0 = 0;
                 while k0 < k {
@@ -359,10 +376,12 @@ unsafe fn run<S: Simd, E: Element, P: PanelRow, const MR: usize, const NV: usize
                     let next = if next.is_null() {
                         next
                     } else {
-                        next.wrapping_add(k0 * words)
+                        next.wrapping_add(k0 * step)
                     };
                     // SAFETY: the buffer's rows hold `len` floats, the panel rows `k0..k0 + len`.
-                    unsafe { accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, rows, next, &mut acc) };
+                    unsafe {
+                        accumulate::<S, P, MR, NV>(s, &a, bp.add(k0 * words), len, words, rows, next, step, &mut acc)
+                    };
                     k0 += len;
                 }
             }

@@ -41,8 +41,8 @@
 //! row and `NR/LANES` loads of `W` per step of `k`) over the packed panels `[panel][k][NR]`:
 //! panel by panel, every block of `MR` rows of `X` against the whole panel, so that the panel
 //! (`K·NR` weights) is read from memory once and from L2 for the other rows, and `X` streams;
-//! the first block of rows prefetches the next panel into L2, so that at small `M`, where
-//! the weights stream from memory, their transfer overlaps the other blocks' compute.
+//! the first blocks of rows prefetch the next panel into L2, a part each, so that at small
+//! `M`, where the weights stream from memory, their transfer overlaps the panel's compute.
 //! The finished tile gets the bias, the activation and the residual in registers and is
 //! stored once. bf16 weights are packed in pairs of vectors, each 32-bit word holding a
 //! column of one vector in its low half and of the next in its high half, so that one load
