@@ -220,9 +220,10 @@ const CHUNK: usize = 256;
 const SHORT_ROWS: usize = 4;
 
 /// The first blocks of rows of a panel, at most this many, share the prefetch of the next
-/// panel, a part each (see [`accumulate`]): at M = 16 that is every block, and at large `M`
-/// the next panel arrives long before it is needed.
-const SPREAD: usize = 4;
+/// panel, a part each (see [`accumulate`]). Two measured faster than one and than four on a
+/// Zen 3 at M = 16, with the weights streamed from memory and in cache (four issue twice the
+/// prefetches, most of them for lines already asked for); at large `M` it matters little.
+const SPREAD: usize = 2;
 
 /// `acc[r] += Σ_{kk < k} a[r][kk]·B[kk]` over `k` rows of a packed panel, for the first
 /// `rows` rows of the tile: on the tile's `MR` rows, or on its first [`SHORT_ROWS`] where
@@ -232,10 +233,10 @@ const SPREAD: usize = 4;
 /// Unless `next` is null, step `kk` also prefetches the `step` words at `next + kk·step` into
 /// L2. Where the weights stream from memory (small `M`, a model larger than the LLC), the first
 /// [`SPREAD`] blocks of rows of a panel each fetch their part of the next panel that way (`step
-/// ≥ words / blocks`), so that its transfer overlaps the compute of the whole panel (fetched by
-/// the first block alone, at M = 16, it would be asked for in a third of that time, faster than
-/// the memory delivers it). A prefetch never faults, so `next` needs no bounds (a part may run
-/// past the next panel); the caller passes null rather than the current panel, whose rows are
+/// ≥ words/blocks`), so that its transfer overlaps most of the panel's compute (fetched by the
+/// first block alone, at M = 16, it would be asked for in a third of that time, faster than the
+/// memory delivers it). A prefetch never faults, so `next` needs no bounds (a part may run past
+/// the next panel); the caller passes null rather than the current panel, whose rows are
 /// already cached (prefetching them measured slower).
 ///
 /// # Safety
