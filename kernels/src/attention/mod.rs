@@ -28,17 +28,16 @@
 //!   causality get weight 0, and their V rows may be multiplied by it: where such a row holds
 //!   ±∞ or NaN, the output columns it meets may be NaN (`0·∞`). Keep masked V rows finite, or
 //!   mask them with `key_lengths`.
-//! - A fully masked row gives `O = 0` ([`MaskedRows::Zero`](crate::MaskedRows::Zero), the default) or NaN. A mask floor
-//!   that is finite (say −10000) is not a mask: a row masked by it everywhere averages V.
+//! - A fully masked row gives `O = 0` ([`MaskedRows::Zero`](crate::MaskedRows::Zero), the
+//!   default) or NaN. A finite floor (say −10000) is not a mask: a row all under it averages V.
 //! - A NaN or +∞ among a row's unmasked `Z` makes that row of `O` NaN. ±∞ in V gives ±∞ or
 //!   NaN in the output columns it reaches (a weight that underflows to 0 meets it as `0·∞`).
 //!
 //! # Storage types
 //!
-//! `Q`, `K`, `V`, `O` are any [`Element`] (`f32`, `f16`, `bf16`); the mask, `P` and the scores
-//! stay f32, as they are carried across layers where half roundings would compound. Inputs are
-//! widened exactly, everything is computed as the f32 kernel does, and each `O` is rounded once
-//! to `E`: a half output's bound is the f32 bound plus one rounding.
+//! `Q`, `K`, `V`, `O` are any [`Element`]; the mask, `P` and the scores stay f32 (carried across
+//! layers, where half roundings would compound). Inputs are widened exactly, the rest is the f32
+//! kernel, and each `O` rounds once to `E`: the f32 bound plus one rounding.
 //!
 //! # Error bound
 //!
@@ -54,17 +53,13 @@
 //!                 + Lk·2⁻¹²⁶·max_j |V_jd| + (3Lk + 16)·2⁻¹⁵⁰
 //! ```
 //!
-//! where `ŵ_ij` are the exact softmax weights. The dot product over `Dk` accumulates in f32
-//! (`Dk·u·A`); the scale, `P`, `ℓ` and `M` each round once; a perturbation `ε` of the scores
+//! where `ŵ_ij` are the exact softmax weights. The dot product accumulates in f32 (`Dk·u·A`),
+//! then is scaled (hence `λ`); the scale, `P`, `ℓ` and `M` round once each; a score error `ε`
 //! moves each weight by at most a factor `exp(±2·max|ε|)`; `exp` is within 1 ulp; every key
-//! adds one rounding to the `P·V` sums and the row sums, and every step of keys one rescaling;
-//! weights below 2⁻¹²⁶ may be flushed, and a rounding in the subnormal range errs by up to
-//! 2⁻¹⁵⁰ absolute (the last two terms) — multiplied by `|scale|` for the roundings of the dot
-//! product, which is accumulated before it is scaled (hence `λ`).
-//! The bound assumes nothing overflows f32 on the way: scores with `A_ij < 10³⁷`, and
-//! `Lk·max_j |V_jd| < 10³⁷` (the online softmax accumulates `Σ p·V` before dividing by the
-//! sum, so a value column near `f32::MAX` may overflow to ±∞ although the average would not).
-//! `reference::check_attention` states the same bound as code.
+//! adds one rounding to the `P·V` and row sums, every step of keys one rescaling; weights below
+//! 2⁻¹²⁶ may be flushed, and subnormal roundings err by 2⁻¹⁵⁰ (the last two terms). It assumes
+//! no overflow: `A_ij < 10³⁷` and `Lk·max_j |V_jd| < 10³⁷` (`Σ p·V` is summed before the
+//! division). `reference::check_attention` states the same bound as code.
 //!
 //! # Algorithm
 //!
