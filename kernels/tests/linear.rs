@@ -313,3 +313,29 @@ fn a_residual_that_carries_the_sum_past_f32_max() {
         assert!(check(f32::INFINITY).is_err() && check(-f32::MAX).is_err() && check(f32::NAN).is_err());
     }
 }
+
+/// The same with bf16 tensors: `9·10³⁶ + bf16::MAX` lies past the f32 overflow threshold, so
+/// the f32 sum and its rounding to bf16 are `+∞`, which the check accepts for bf16 as for f32
+/// (found by the fuzz target, scalar path, bf16, M = 2, K = 92, N = 90, swish).
+#[test]
+fn a_bf16_residual_that_carries_the_sum_past_f32_max() {
+    let (x, w, r) = ([bf16::ONE], [9e36f32], [bf16::MAX]);
+    let layer = LinearWeights {
+        weights: &w,
+        layout: WeightLayout::InOut,
+        in_features: 1,
+        out_features: 1,
+        bias: None,
+    };
+    for k in all_kernels() {
+        let packed = k.pack_linear(&layer, WeightType::F32).unwrap();
+        let mut y = [bf16::ZERO];
+        k.linear(&x, &packed, &mut y, &LinearOptions::default().residual(&r))
+            .unwrap();
+        assert_eq!(y[0], bf16::INFINITY, "{}", k.isa());
+        let check =
+            |y: bf16| reference::check_linear(&x, &w, (1, 1), None, reference::Activation::Identity, Some(&r), &[y]);
+        assert!(check(y[0]).is_ok(), "{}", k.isa());
+        assert!(check(bf16::MAX).is_err() && check(bf16::NEG_INFINITY).is_err() && check(bf16::NAN).is_err());
+    }
+}

@@ -223,13 +223,29 @@ pub(crate) fn accepts<E: Element>(got: E, exact: f64, bound: Bound) -> bool {
     }
 }
 
+/// Where the rounding to f32 goes to `±∞`: `f32::MAX` plus half an ulp, `(2 − 2⁻²⁴)·2¹²⁷`.
+const F32_OVERFLOW: f64 = f32::MAX as f64 + (1u128 << 103) as f64;
+
 /// The smallest and largest f32 results `bound` accepts at `exact` (NaN ends where `exact` is
 /// NaN under [`Bound::Abs`]): for [`Bound::Abs`] the f32 ends of `[ŷ − B, ŷ + B]`; for
 /// [`Bound::Ulps`], `ŷ` rounded to f32 and stepped `k` ulps down and up, through zero and up
 /// to ±∞.
 fn f32_bracket(exact: f64, bound: Bound) -> (f32, f32) {
     match bound {
-        Bound::Abs(b) => (f32_at_or_above(exact - b), f32_at_or_below(exact + b)),
+        // An f32 `±∞` stands for every real past `±F32_OVERFLOW` (what rounds to it), as in
+        // the f32 rule of `accepts`: it is accepted where the bound reaches that far.
+        Bound::Abs(b) => (
+            if exact - b <= -F32_OVERFLOW {
+                f32::NEG_INFINITY
+            } else {
+                f32_at_or_above(exact - b)
+            },
+            if exact + b >= F32_OVERFLOW {
+                f32::INFINITY
+            } else {
+                f32_at_or_below(exact + b)
+            },
+        ),
         Bound::Ulps(k) => {
             let o = ordinal(exact as f32);
             let k = k.min(1 << 40) as i64;
@@ -367,6 +383,28 @@ mod tests {
         assert_eq!(f32_at_or_above(-1e300), -f32::MAX);
         assert_eq!(f32_at_or_below(f64::INFINITY), f32::INFINITY);
         assert!(f32_at_or_below(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn half_infinity_where_the_f32_bound_reaches_overflow() {
+        // A residual add past the f32 range: the f32 result is +∞, so is its rounding to E,
+        // and the rule for E accepts what the rule for f32 accepts.
+        let (exact, b) = (3.465_366_051_108_989e38, 6.879_727_339_467_788e31);
+        assert!(accepts(f32::INFINITY, exact, Bound::Abs(b)));
+        assert!(accepts(bf16::INFINITY, exact, Bound::Abs(b)));
+        assert!(accepts(f16::INFINITY, exact, Bound::Abs(b)));
+        assert!(accepts(bf16::NEG_INFINITY, -exact, Bound::Abs(b)));
+        assert!(!accepts(bf16::NEG_INFINITY, exact, Bound::Abs(b)));
+        assert!(!accepts(bf16::MAX, exact, Bound::Abs(b)));
+        // Within the bound of the threshold, +∞ is accepted by both rules; beyond it, f32
+        // refuses it, and bf16 still takes it as the rounding of a finite f32 near f32::MAX.
+        let near = F32_OVERFLOW - b / 2.0;
+        assert!(accepts(f32::INFINITY, near, Bound::Abs(b)));
+        assert!(accepts(bf16::INFINITY, near, Bound::Abs(b)));
+        let below = F32_OVERFLOW - 2.0 * b;
+        assert!(!accepts(f32::INFINITY, below, Bound::Abs(b)));
+        assert!(accepts(bf16::INFINITY, below, Bound::Abs(b)));
+        assert!(!accepts(bf16::INFINITY, 3.0e38, Bound::Abs(b)));
     }
 
     #[test]
