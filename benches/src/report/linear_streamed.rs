@@ -110,10 +110,8 @@ fn measure(layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportError> {
                     .ok_or_else(|| fail("no kernel for the copy".to_string()))?;
                 let bytes = layers[at][0].weight_bytes();
                 let floats = bytes / (2 * std::mem::size_of::<f32>());
-                copy = Some((
-                    Pair::new(floats * cycle(bytes), floats * cycle(bytes), ctx.out_offset),
-                    floats,
-                ));
+                let side = floats * cycle(bytes);
+                copy = Some((Pair::new(side, side, ctx.out_offset), floats));
             }
             Contender::Fma(_) => {}
         }
@@ -123,7 +121,8 @@ fn measure(layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     let mut cursor = vec![0usize; contenders.len()];
 
     let mut io = Pair::new(M * k, M * n, ctx.out_offset);
-    io.x_mut().copy_from_slice(&input(M, k));
+    let x = input(M, k);
+    io.x_mut().copy_from_slice(&x);
     let mut run = |c: usize, io: &mut Pair| -> Result<(), String> {
         match contenders[c] {
             Contender::Kernel(i, _) => {
@@ -155,7 +154,6 @@ fn measure(layer: Layer, ctx: &Context) -> Result<Vec<Row>, ReportError> {
     };
 
     // Every contender once: errors surface here; the kernels' outputs are checked.
-    let x = input(M, k);
     let mut checked: Vec<Option<(f64, f64)>> = vec![None; contenders.len()];
     for (c, &contender) in contenders.iter().enumerate() {
         io.io().1.fill(f32::NAN);
