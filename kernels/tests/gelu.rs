@@ -144,3 +144,45 @@ fn the_bound_rejects_the_cancelling_formula() {
         .collect();
     assert!(reference::check_gelu(&x, &naive).is_err());
 }
+
+/// Rows run two vectors in lockstep and their tail one vector, or part of one, at a time:
+/// every value of a row gets the bits it gets alone, on every ISA, storage type and form.
+#[test]
+fn a_row_gives_each_value_the_bits_it_gets_alone() {
+    fn each_alone<E: Element>(k: &Kernels, form: Form, x: &[E]) {
+        let row = apply(k, form, x, 0, false);
+        for (i, (&v, &got)) in x.iter().zip(&row).enumerate() {
+            let alone = apply(k, form, &[v], 0, false)[0];
+            assert_eq!(
+                got.to_f32().to_bits(),
+                alone.to_f32().to_bits(),
+                "{} {form:?} {}: x[{i}] = {v:?} in a row of {}",
+                k.isa(),
+                E::NAME,
+                x.len()
+            );
+        }
+    }
+    // Values spread over the whole range, the specials among them.
+    let mut state = 0x9e37_79b9_u32;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        match state % 16 {
+            0 => common::SPECIALS[(state >> 4) as usize % common::SPECIALS.len()],
+            1 => f32::from_bits(state),
+            _ => (state >> 8) as f32 / (1 << 24) as f32 * 28.0 - 14.0,
+        }
+    };
+    for k in all_kernels() {
+        for form in [Form::Erf, Form::Tanh] {
+            for len in [1, 7, 16, 31, 32, 33, 64, 97, 200] {
+                let x: Vec<f32> = (0..len).map(|_| next()).collect();
+                each_alone(&k, form, &x);
+                each_alone(&k, form, &x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>());
+                each_alone(&k, form, &x.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>());
+            }
+        }
+    }
+}

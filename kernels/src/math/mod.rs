@@ -5,6 +5,7 @@ pub(crate) mod exp;
 pub(crate) mod gelu;
 
 use crate::element::Element;
+use crate::simd::lockstep::Lockstep;
 use crate::simd::Simd;
 
 /// An element-wise vector operation, for [`map_row`].
@@ -102,5 +103,28 @@ pub(crate) unsafe fn map_row<S: Simd, A: Element, B: Element>(
                 f.apply(s, A::load_partial(s, src.add(i), n - i, 0.0)),
             )
         };
+    }
+}
+
+/// [`map_row`] with `f` run on `N` vectors in lockstep ([`Lockstep`]): for maps whose long
+/// dependent chains (the polynomials of `exp` and GELU) would otherwise hold the core's
+/// scheduler full of waiting operations. The same bits as [`map_row`].
+///
+/// # Safety
+/// As [`map_row`].
+#[inline(always)]
+pub(crate) unsafe fn map_row_lockstep<S: Simd, A: Element, B: Element, const N: usize>(
+    s: S,
+    src: *const A,
+    dst: *mut B,
+    n: usize,
+    f: impl Map<S> + Map<Lockstep<S, N>>,
+) {
+    let main = n - n % (N * S::LANES);
+    // SAFETY: the caller's promise, split at `main ≤ n`; the first part is whole vectors of
+    // `Lockstep<S, N>`.
+    unsafe {
+        map_row(Lockstep::<S, N>(s), src, dst, main, f);
+        map_row(s, src.add(main), dst.add(main), n - main, f);
     }
 }

@@ -8,8 +8,10 @@
 //!
 //! The methods are `#[inline(always)]` and carry no `#[target_feature]`: they are inlined
 //! into the per-ISA entry functions of `dispatch.rs`, which do carry it, so the whole kernel
-//! is compiled for that ISA.
+//! is compiled for that ISA. [`lockstep::Lockstep`] drives several vectors of an ISA as one,
+//! so that a generic body interleaves independent vectors step by step.
 
+pub(crate) mod lockstep;
 pub(crate) mod scalar;
 
 #[cfg(target_arch = "x86_64")]
