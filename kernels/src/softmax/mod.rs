@@ -59,7 +59,8 @@
 //! sweep (the same bits, so every path gives the same result). Only the first read of
 //! `x` and the last write of `y` reach memory for rows that fit in cache, and for rows of 512
 //! floats or more the second sweep prefetches the next row's `x` and `y`, so that their
-//! memory traffic overlaps this row's arithmetic.
+//! memory traffic overlaps this row's arithmetic. The second sweep computes four vectors'
+//! exponentials in lockstep ([`Lockstep`]), so that their chains overlap.
 //!
 //! Rows of at most 256 values go in groups of up to 16 rows (2048 values): each sweep runs
 //! over every row of the group before the next one starts, and leaves one vector per row
@@ -84,6 +85,7 @@ use crate::element::{in_place, Element, PerElement, Typed};
 use crate::error::Error;
 use crate::math::exp::exp_nonpositive;
 use crate::parallel::{Split, GRAIN_ELEMENTS};
+use crate::simd::lockstep::Lockstep;
 use crate::simd::Simd;
 
 /// What a row with every entry masked (−∞) becomes.
@@ -714,8 +716,14 @@ unsafe fn exps_steps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, c
                 s.prefetch(p.wrapping_add((i + line) * size_of::<E>()).cast());
             }
         }
-        for (k, a) in acc.iter_mut().enumerate() {
-            let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i + k * lanes) }, mv));
+        // The step's four exponentials in lockstep: one alone is a chain of a dozen dependent
+        // operations, and four side by side keep the core's ports busier (the same bits).
+        let l = Lockstep::<S, 4>(s);
+        let mut x = l.splat(0.0);
+        for (k, x) in x.iter_mut().enumerate() {
+            *x = s.sub(unsafe { z.full(s, i + k * lanes) }, mv);
+        }
+        for (k, (a, e)) in acc.iter_mut().zip(exp_nonpositive(l, x)).enumerate() {
             if keep {
                 unsafe { s.store(exps.add(i + k * lanes), e) };
             }
