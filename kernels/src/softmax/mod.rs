@@ -60,7 +60,7 @@
 //! `x` and the last write of `y` reach memory for rows that fit in cache, and for rows of 512
 //! floats or more the second sweep prefetches the next row's `x` and `y`, so that their
 //! memory traffic overlaps this row's arithmetic. The second sweep computes four vectors'
-//! exponentials in lockstep ([`Lockstep`]), so that their chains overlap.
+//! exponentials in lockstep (a step of each in turn), so that their chains overlap.
 //!
 //! Rows of at most 256 values go in groups of up to 16 rows (2048 values): each sweep runs
 //! over every row of the group before the next one starts, and leaves one vector per row
