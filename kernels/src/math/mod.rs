@@ -107,8 +107,8 @@ pub(crate) unsafe fn map_row<S: Simd, A: Element, B: Element>(
 }
 
 /// [`map_row`] with `f` run on `N` vectors in lockstep ([`Lockstep`]): for maps whose long
-/// dependent chains (the polynomials of `exp` and GELU) would otherwise hold the core's
-/// scheduler full of waiting operations. The same bits as [`map_row`].
+/// dependent chains (GELU's) would otherwise hold the core's scheduler full of waiting
+/// operations. The same bits as [`map_row`].
 ///
 /// # Safety
 /// As [`map_row`].
