@@ -108,13 +108,14 @@ proptest! {
     }
 }
 
-/// Short rows run in groups (every sweep over several rows before the next sweep): a call
-/// over many rows gives each row the bits of a call over that row alone, whatever its
-/// neighbours are (fully masked, NaN), on every ISA, for f32 and bf16, in place or not.
+/// Short rows run in groups (every sweep over several rows before the next sweep), and a long
+/// f32 row's last sweep runs inside the next row's second: a call over many rows gives each
+/// row the bits of a call over that row alone, whatever its neighbours are (fully masked,
+/// NaN), on every ISA, for f32 and bf16, in place or not.
 #[test]
-fn grouped_rows_give_the_bits_of_single_rows() {
+fn rows_of_a_call_give_the_bits_of_single_rows() {
     let rows = 37;
-    for n in [1, 3, 16, 17, 31, 32, 64, 100, 128, 255, 256, 257] {
+    for n in [1, 3, 16, 17, 31, 32, 64, 100, 128, 255, 256, 257, 300, 1000] {
         let mut x: Vec<f32> = (0..rows * n)
             .map(|i| ((i * 7919) % 1013) as f32 * 0.02 - 10.0)
             .collect();

@@ -60,7 +60,11 @@
 //! `x` and the last write of `y` reach memory for rows that fit in cache, and for rows of 512
 //! floats or more the second sweep prefetches the next row's `x` and `y`, so that their
 //! memory traffic overlaps this row's arithmetic. The second sweep computes four vectors'
-//! exponentials in lockstep (a step of each in turn), so that their chains overlap.
+//! exponentials in lockstep (a step of each in turn), so that their chains overlap. For f32
+//! softmax rows longer than 256, the third sweep (a load, a product and a store per vector,
+//! bound by the stores) runs inside the next row's second sweep (bound by the arithmetic), a
+//! step of each in turn: the same operations on each element, so the same bits, with the two
+//! overlapped.
 //!
 //! Rows of at most 256 values go in groups of up to 16 rows (2048 values): each sweep runs
 //! over every row of the group before the next one starts, and leaves one vector per row
@@ -373,6 +377,10 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
         unsafe { grouped_rows::<S, E, MASK, SCALE, LOG>(s, call, buffer) };
         return;
     }
+    // An f32 softmax row's sweep 3 runs inside the next row's sweep 2 (module docs): `behind`
+    // is the row still to scale.
+    let pipelined = E::IS_F32 && !LOG;
+    let mut behind = Behind::none(s);
     for r in 0..call.rows {
         // The next row's lines, fetched during this row's compute-bound sweep, so that memory
         // traffic overlaps the arithmetic instead of following it. Short rows are left to the
@@ -395,8 +403,59 @@ unsafe fn rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const L
                 masked_row(s, &z, y, n, call.masked_rows, LOG);
                 continue;
             }
-            let total = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps, n, m, ahead);
-            row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps, n, m, row_factor::<LOG>(total));
+            if !pipelined {
+                let total = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps, n, m, ahead, Behind::none(s));
+                row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps, n, m, row_factor::<LOG>(total));
+                continue;
+            }
+            // `behind`'s whole steps were scaled with this row's; its tail follows.
+            let total = row_exps::<S, E, MASK, SCALE, LOG>(s, &z, exps, n, m, ahead, behind);
+            behind.finish(s, n - n % (4 * S::LANES), n);
+            behind = Behind {
+                y: exps,
+                inv: s.splat(row_factor::<LOG>(total)),
+            };
+        }
+    }
+    // SAFETY: `behind` is null or a row of this call whose exponentials sweep 2 stored.
+    unsafe { behind.finish(s, 0, n) };
+}
+
+/// An f32 softmax row whose exponentials are stored and whose sweep 3 (`y = e·inv`) is still
+/// to run; null `y` for none.
+#[derive(Clone, Copy)]
+struct Behind<S: Simd> {
+    y: *mut f32,
+    inv: S::V,
+}
+
+impl<S: Simd> Behind<S> {
+    #[inline(always)]
+    fn none(s: S) -> Self {
+        Behind {
+            y: std::ptr::null_mut(),
+            inv: s.splat(0.0),
+        }
+    }
+
+    /// Sweep 3 of the row's `y[from..n]` (nothing for none).
+    ///
+    /// # Safety
+    /// `y` is null or covers `n ≥ from` floats.
+    #[inline(always)]
+    unsafe fn finish(&self, s: S, from: usize, n: usize) {
+        if !self.y.is_null() {
+            let inv = self.inv;
+            // SAFETY: `y[from..n]` lies in the row.
+            unsafe {
+                crate::math::map_row(
+                    s,
+                    self.y.add(from).cast_const(),
+                    self.y.add(from),
+                    n - from,
+                    |s: S, e: S::V| s.mul(e, inv),
+                )
+            };
         }
     }
 }
@@ -466,8 +525,24 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
                     continue;
                 }
                 if main > 0 {
-                    steps[j] = exps_steps::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), 0..first_chunk, m[j], ahead(j));
-                    more[j] = exps_chunks::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), first_chunk..main, m[j], ahead(j));
+                    steps[j] = exps_steps::<S, E, MASK, SCALE, LOG>(
+                        s,
+                        &z,
+                        exps(j),
+                        0..first_chunk,
+                        m[j],
+                        ahead(j),
+                        Behind::none(s),
+                    );
+                    more[j] = exps_chunks::<S, E, MASK, SCALE, LOG>(
+                        s,
+                        &z,
+                        exps(j),
+                        first_chunk..main,
+                        m[j],
+                        ahead(j),
+                        Behind::none(s),
+                    );
                 }
                 if main < n {
                     tails[j] = exps_tail::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), main, n, m[j]);
@@ -637,11 +712,12 @@ unsafe fn row_max_lanes<S: Simd, E: Element, const MASK: bool, const SCALE: bool
 
 /// Sweep 2 of a row whose maximum `m` is finite: `e_j = exp(z_j − m)`, stored in `exps` for
 /// softmax (unless `exps` is null), summed in bounded chunks; returns the sum. Prefetches the
-/// lines of `ahead` (null entries are skipped) as it goes.
+/// lines of `ahead` (null entries are skipped) and runs sweep 3 of `behind`'s whole steps as it
+/// goes.
 ///
 /// # Safety
 /// `z` covers `n` elements; `exps` is null or covers `n` writable floats, and is `y` itself or
-/// disjoint from `z`.
+/// disjoint from `z`; `behind` is none or a row of `n` floats disjoint from both.
 #[inline(always)]
 unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
     s: S,
@@ -650,12 +726,13 @@ unsafe fn row_exps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, con
     n: usize,
     m: f32,
     ahead: [*const u8; 2],
+    behind: Behind<S>,
 ) -> f64 {
     let main = n - n % (4 * S::LANES);
     // SAFETY: forwarded; both ranges lie in `0..n`. (A tail that holds no term would add +0:
     // skipped, the same bits.)
     unsafe {
-        let mut total = exps_chunks::<S, E, MASK, SCALE, LOG>(s, z, exps, 0..main, m, ahead);
+        let mut total = exps_chunks::<S, E, MASK, SCALE, LOG>(s, z, exps, 0..main, m, ahead, behind);
         if main < n {
             total += s.reduce_add(exps_tail::<S, E, MASK, SCALE, LOG>(s, z, exps, main, n, m)) as f64;
         }
@@ -677,13 +754,15 @@ unsafe fn exps_chunks<S: Simd, E: Element, const MASK: bool, const SCALE: bool, 
     range: Range<usize>,
     m: f32,
     ahead: [*const u8; 2],
+    behind: Behind<S>,
 ) -> f64 {
     let mut total = 0.0f64;
     let mut i = range.start;
     while i < range.end {
         let end = range.end.min(i + chunk_len::<S>());
         // SAFETY: forwarded; `i..end` lies in `range`.
-        total += s.reduce_add(unsafe { exps_steps::<S, E, MASK, SCALE, LOG>(s, z, exps, i..end, m, ahead) }) as f64;
+        total +=
+            s.reduce_add(unsafe { exps_steps::<S, E, MASK, SCALE, LOG>(s, z, exps, i..end, m, ahead, behind) }) as f64;
         i = end;
     }
     total
@@ -702,6 +781,7 @@ unsafe fn exps_steps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, c
     range: Range<usize>,
     m: f32,
     ahead: [*const u8; 2],
+    behind: Behind<S>,
 ) -> S::V {
     let keep = !LOG && !exps.is_null();
     let lanes = S::LANES;
@@ -728,6 +808,15 @@ unsafe fn exps_steps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, c
                 unsafe { s.store(exps.add(i + k * lanes), e) };
             }
             *a = s.add(*a, e);
+        }
+        if !behind.y.is_null() {
+            for k in 0..4 {
+                // SAFETY: `behind` covers `n` floats, and `i + 4·LANES ≤ n`.
+                unsafe {
+                    let p = behind.y.add(i + k * lanes);
+                    s.store(p, s.mul(s.load(p), behind.inv));
+                }
+            }
         }
         i += 4 * lanes;
     }
