@@ -74,7 +74,11 @@
 //! reduction and reciprocal feed its products), longer than its arithmetic: a group's rows
 //! are independent, so the core overlaps their chains, and reduced together they share the
 //! shuffles of the horizontal reductions. Every row is reduced by the same tree whatever its
-//! place in the group, so the bits do not depend on the grouping (or on threads).
+//! place in the group, so the bits do not depend on the grouping (or on threads). Rows
+//! shorter than one step of the second sweep (`4·LANES` values: 64 floats on AVX-512) take a
+//! leaner form of the group that carries only each row's vector of maxima and vector of sums:
+//! they are a few vectors each, and the general form's per-row state measured as a large part
+//! of their time.
 //!
 //! NaN propagation does not rely on the max: x86's `maxps` drops a NaN, but a NaN `z_j` still
 //! makes its `exp(z_j − m)` NaN, hence `d` NaN, hence the whole row NaN. The one case the sum
@@ -474,6 +478,11 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
     buffer: *mut f32,
 ) {
     let n = call.n;
+    if n < 4 * S::LANES {
+        // SAFETY: forwarded.
+        unsafe { short_rows::<S, E, MASK, SCALE, LOG>(s, call, buffer) };
+        return;
+    }
     let group = (GROUP_ELEMENTS / n).clamp(1, GROUP_ROWS);
     let mut first = 0;
     while first < call.rows {
@@ -498,26 +507,14 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
         // Each sweep leaves one vector per row and reduces the group's vectors together, the
         // lanes of several rows to each instruction; a missing row's vectors (−∞, +0) are
         // reduced and ignored.
-        let mut lanes = [s.splat(f32::NEG_INFINITY); GROUP_ROWS];
-        let mut m = [0.0f32; GROUP_ROWS];
         let mut steps = [s.splat(0.0); GROUP_ROWS];
         let mut more = [0.0f64; GROUP_ROWS];
         let mut tails = [s.splat(0.0); GROUP_ROWS];
         let mut sums = [[0.0f32; GROUP_ROWS]; 2];
-        // SAFETY: rows `first..first + count` lie inside the call; the f32 exponentials of
-        // row `j` of the group go to `y` itself or to `buffer[j·n..]`, within `SCRATCH`.
+        // SAFETY: rows `first..first + count` lie inside the call.
         unsafe {
-            let exps = |j: usize| {
-                if E::IS_F32 {
-                    call.dst.add((first + j) * n).cast::<f32>()
-                } else {
-                    buffer.add(j * n)
-                }
-            };
-            for (j, lanes) in lanes.iter_mut().enumerate().take(count) {
-                *lanes = row_max_lanes(s, &scores::<S, E, MASK, SCALE>(s, call, first + j), n);
-            }
-            s.reduce_max_16(&lanes, &mut m);
+            let exps = |j: usize| group_exps(call, buffer, first + j, j);
+            let m = group_maxima::<S, E, MASK, SCALE>(s, call, first, count);
             for j in 0..count {
                 let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
                 if m[j] == f32::NEG_INFINITY {
@@ -571,6 +568,93 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
             }
         }
         first += count;
+    }
+}
+
+/// [`grouped_rows`] for rows shorter than one step of sweep 2 (`n < 4·LANES`): each row's
+/// sweeps are a few vectors, and the group carries only what such rows need (a vector of
+/// maxima and one of sums per row), which measured well ahead of the general form's state.
+///
+/// # Safety
+/// As [`grouped_rows`]; `n < 4·LANES`.
+#[inline(always)]
+unsafe fn short_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, const LOG: bool>(
+    s: S,
+    call: &SoftmaxCall<E>,
+    buffer: *mut f32,
+) {
+    let n = call.n;
+    let mut first = 0;
+    while first < call.rows {
+        let count = GROUP_ROWS.min(call.rows - first);
+        let mut tails = [s.splat(0.0); GROUP_ROWS];
+        let mut sums = [0.0f32; GROUP_ROWS];
+        let mut factors = [0.0f32; GROUP_ROWS];
+        // SAFETY: rows `first..first + count` lie inside the call.
+        unsafe {
+            let exps = |j: usize| group_exps(call, buffer, first + j, j);
+            let m = group_maxima::<S, E, MASK, SCALE>(s, call, first, count);
+            for (j, tail) in tails.iter_mut().enumerate().take(count) {
+                if m[j] != f32::NEG_INFINITY {
+                    let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
+                    *tail = exps_tail::<S, E, MASK, SCALE, LOG>(s, &z, exps(j), 0, n, m[j]);
+                }
+            }
+            s.reduce_add_16(&tails, &mut sums);
+            for (f, &sum) in factors.iter_mut().zip(&sums) {
+                *f = row_factor::<LOG>(sum as f64);
+            }
+            for j in 0..count {
+                let z = scores::<S, E, MASK, SCALE>(s, call, first + j);
+                let y = call.dst.add((first + j) * n);
+                if m[j] == f32::NEG_INFINITY {
+                    masked_row(s, &z, y, n, call.masked_rows, LOG);
+                } else {
+                    row_normalize::<S, E, MASK, SCALE, LOG>(s, &z, y, exps(j), n, m[j], factors[j]);
+                }
+            }
+        }
+        first += count;
+    }
+}
+
+/// Sweep 1 of the group of rows `first..first + count` (`count ≤ GROUP_ROWS`): each row leaves
+/// a vector whose lanes the group reduces together, several rows' lanes to each instruction.
+/// The maxima past `count` are −∞ (from the missing rows' vectors, reduced and ignored).
+///
+/// # Safety
+/// Rows `first..first + count` lie inside the call.
+#[inline(always)]
+unsafe fn group_maxima<S: Simd, E: Element, const MASK: bool, const SCALE: bool>(
+    s: S,
+    call: &SoftmaxCall<E>,
+    first: usize,
+    count: usize,
+) -> [f32; GROUP_ROWS] {
+    let mut lanes = [s.splat(f32::NEG_INFINITY); GROUP_ROWS];
+    for (j, lanes) in lanes.iter_mut().enumerate().take(count) {
+        // SAFETY: row `first + j` lies inside the call.
+        *lanes = unsafe { row_max_lanes(s, &scores::<S, E, MASK, SCALE>(s, call, first + j), call.n) };
+    }
+    let mut m = [0.0f32; GROUP_ROWS];
+    s.reduce_max_16(&lanes, &mut m);
+    m
+}
+
+/// Where sweep 2 of row `r`, row `j` of its group, keeps its f32 exponentials: `y` itself for
+/// f32, `buffer[j·n..]` for a half type.
+///
+/// # Safety
+/// Row `r` lies inside the call; `buffer` holds `SCRATCH ≥ GROUP_ELEMENTS` floats.
+#[inline(always)]
+unsafe fn group_exps<E: Element>(call: &SoftmaxCall<E>, buffer: *mut f32, r: usize, j: usize) -> *mut f32 {
+    // SAFETY: row `r` of `y`, or the group's `j·n ≤ GROUP_ELEMENTS − n` of the buffer.
+    unsafe {
+        if E::IS_F32 {
+            call.dst.add(r * call.n).cast::<f32>()
+        } else {
+            buffer.add(j * call.n)
+        }
     }
 }
 
@@ -824,7 +908,8 @@ unsafe fn exps_steps<S: Simd, E: Element, const MASK: bool, const SCALE: bool, c
 }
 
 /// The end of sweep 2 (as [`row_exps`]) from `i`, where at most three full vectors and one
-/// partial remain: one term per accumulator, summed as [`exps_steps`] sums.
+/// partial remain: summed in order in one accumulator (at most four terms per lane), which
+/// keeps a short row's state in one register.
 ///
 /// # Safety
 /// As [`row_exps`]; `n − i < 4·LANES`.
@@ -840,16 +925,14 @@ unsafe fn exps_tail<S: Simd, E: Element, const MASK: bool, const SCALE: bool, co
     let keep = !LOG && !exps.is_null();
     let lanes = S::LANES;
     let mv = s.splat(m);
-    let mut acc = [s.splat(0.0); 4];
-    let mut k = 0;
+    let mut acc = s.splat(0.0);
     // SAFETY: as `row_max`; `exps` is written at the indices read.
     while i + lanes <= n {
         let e = exp_nonpositive(s, s.sub(unsafe { z.full(s, i) }, mv));
         if keep {
             unsafe { s.store(exps.add(i), e) };
         }
-        acc[k] = e;
-        k += 1;
+        acc = s.add(acc, e);
         i += lanes;
     }
     if i < n {
@@ -857,9 +940,9 @@ unsafe fn exps_tail<S: Simd, E: Element, const MASK: bool, const SCALE: bool, co
         if keep {
             unsafe { s.store_partial(exps.add(i), n - i, e) };
         }
-        acc[k] = e;
+        acc = s.add(acc, e);
     }
-    tree_sum(s, &acc)
+    acc
 }
 
 /// What sweep 3 applies for a row whose exponentials sum to `total`: `1/total` for softmax,
