@@ -511,7 +511,7 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
         let mut more = [0.0f64; GROUP_ROWS];
         let mut tails = [s.splat(0.0); GROUP_ROWS];
         let mut sums = [[0.0f32; GROUP_ROWS]; 2];
-        // SAFETY: rows `first..first + count` lie inside the call.
+        // SAFETY: rows `first..first + count` lie inside the call, and `count·n ≤ GROUP_ELEMENTS`.
         unsafe {
             let exps = |j: usize| group_exps(call, buffer, first + j, j);
             let m = group_maxima::<S, E, MASK, SCALE>(s, call, first, count);
@@ -573,7 +573,8 @@ unsafe fn grouped_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool,
 
 /// [`grouped_rows`] for rows shorter than one step of sweep 2 (`n < 4·LANES`): each row's
 /// sweeps are a few vectors, and the group carries only what such rows need (a vector of
-/// maxima and one of sums per row), which measured well ahead of the general form's state.
+/// maxima and one of sums per row): on such rows it measured well ahead of the general form,
+/// whose per-row state cost more than their arithmetic.
 ///
 /// # Safety
 /// As [`grouped_rows`]; `n < 4·LANES`.
@@ -590,7 +591,8 @@ unsafe fn short_rows<S: Simd, E: Element, const MASK: bool, const SCALE: bool, c
         let mut tails = [s.splat(0.0); GROUP_ROWS];
         let mut sums = [0.0f32; GROUP_ROWS];
         let mut factors = [0.0f32; GROUP_ROWS];
-        // SAFETY: rows `first..first + count` lie inside the call.
+        // SAFETY: rows `first..first + count` lie inside the call, and `count·n < 16·4·LANES ≤
+        // GROUP_ELEMENTS`.
         unsafe {
             let exps = |j: usize| group_exps(call, buffer, first + j, j);
             let m = group_maxima::<S, E, MASK, SCALE>(s, call, first, count);
@@ -645,10 +647,11 @@ unsafe fn group_maxima<S: Simd, E: Element, const MASK: bool, const SCALE: bool>
 /// f32, `buffer[j·n..]` for a half type.
 ///
 /// # Safety
-/// Row `r` lies inside the call; `buffer` holds `SCRATCH ≥ GROUP_ELEMENTS` floats.
+/// Row `r` lies inside the call; for a half type, `buffer` holds `SCRATCH ≥ GROUP_ELEMENTS`
+/// floats and `(j + 1)·n ≤ GROUP_ELEMENTS`.
 #[inline(always)]
 unsafe fn group_exps<E: Element>(call: &SoftmaxCall<E>, buffer: *mut f32, r: usize, j: usize) -> *mut f32 {
-    // SAFETY: row `r` of `y`, or the group's `j·n ≤ GROUP_ELEMENTS − n` of the buffer.
+    // SAFETY: row `r` of `y`, or row `j` of the group in the buffer.
     unsafe {
         if E::IS_F32 {
             call.dst.add(r * call.n).cast::<f32>()
